@@ -1,0 +1,70 @@
+"""Batches as index slices of tensors.
+
+In-memory tabular data is served as contiguous slices (or one gather per batch
+when shuffled), never per-sample ``__getitem__`` + collate: the latter costs an
+order of magnitude more per epoch (see ``bench/``). Every pass of a solver is a
+sum over the batches this iterable yields.
+"""
+
+from __future__ import annotations
+
+from typing import Iterator, NamedTuple
+
+import torch
+
+from .._validation import check_positive, check_same_length
+
+__all__ = ["Batch", "TensorBatches"]
+
+
+class Batch(NamedTuple):
+    """One batch: features, targets, optional sample weights and offsets."""
+
+    x: torch.Tensor
+    y: torch.Tensor
+    weight: torch.Tensor | None = None
+    offset: torch.Tensor | None = None
+
+
+class TensorBatches:
+    """Re-iterable batches over in-memory tensors.
+
+    Args:
+        x: features (n, d).
+        y: targets (n,).
+        weight: optional sample weights (n,).
+        offset: optional offsets (n,).
+        batch_size: rows per batch; ``None`` gives one batch of all rows.
+        shuffle: draw a new permutation every pass (with ``generator``).
+        generator: a ``torch.Generator`` for reproducible shuffling.
+    """
+
+    def __init__(self, x, y, weight=None, offset=None, batch_size: int | None = None,
+                 shuffle: bool = False, generator: torch.Generator | None = None):
+        tensors = [t for t in (x, y, weight, offset) if t is not None]
+        check_same_length(["X", "y", "weight", "offset"][: len(tensors)], *tensors)
+        if batch_size is not None:
+            check_positive("batch_size", batch_size)
+        self.x, self.y, self.weight, self.offset = x, y, weight, offset
+        self.n = int(x.shape[0])
+        self.batch_size = self.n if batch_size is None else int(batch_size)
+        self.shuffle = shuffle
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+    def _take(self, t, idx):
+        if t is None:
+            return None
+        return t[idx] if isinstance(idx, torch.Tensor) else t[idx[0]:idx[1]]
+
+    def __iter__(self) -> Iterator[Batch]:
+        bs = self.batch_size
+        if self.shuffle:
+            perm = torch.randperm(self.n, generator=self.generator).to(self.x.device)
+            spans = [perm[i:i + bs] for i in range(0, self.n, bs)]
+        else:
+            spans = [(i, min(i + bs, self.n)) for i in range(0, self.n, bs)]
+        for idx in spans:
+            yield Batch(*(self._take(t, idx) for t in (self.x, self.y, self.weight, self.offset)))

@@ -1,0 +1,231 @@
+"""Generalized linear models as single-layer ``nn.Module``s.
+
+``eta = W x + b`` (one ``nn.Linear``), ``mu = g^{-1}(eta)`` through the family's
+link, trained on the family's negative log-likelihood (seed 000, "Generalized
+linear models"; seed 004, "logistic regression as a one-layer neural net").
+
+The objective every solver minimizes is the weighted mean NLL plus an L2
+penalty on the weights (not the bias)::
+
+    E(w) = sum_i s_i nll(eta_i, y_i) / sum_i s_i + (l2 / 2) ||W||^2
+
+which is the negative log posterior (divided by the total weight) under the
+Gaussian prior ``w ~ N(0, lambda I)`` of seed 003 with ``l2 = 1 / (lambda sum_i s_i)``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .._validation import (
+    NotFittedError,
+    check_features,
+    check_positive,
+    check_same_length,
+    check_weight,
+    fail,
+)
+from ..families import Family, get_family
+from ..links import Link
+
+__all__ = [
+    "GeneralizedLinearModel",
+    "LogisticRegression",
+    "ProbitRegression",
+    "SoftmaxRegression",
+]
+
+
+class GeneralizedLinearModel(nn.Module):
+    """A GLM: one linear layer, a family and a link.
+
+    Args:
+        n_features: number of input columns ``d``.
+        family: a name from :data:`torchglm.families.FAMILIES` or a ``Family``.
+        link: a link name; ``None`` takes the family's canonical link.
+        n_classes: number of classes ``K`` for the categorical family.
+        l2: L2 penalty strength on the weights (the bias is not penalized).
+        fit_intercept: include the bias ``w0``.
+        dtype: parameter dtype (float64 is the default for Newton-type solvers).
+
+    Example:
+        >>> m = GeneralizedLinearModel(3, "bernoulli", link="probit")
+        >>> m(torch.zeros(5, 3)).shape
+        torch.Size([5])
+    """
+
+    def __init__(
+        self,
+        n_features: int,
+        family: str | Family = "bernoulli",
+        link: str | Link | None = None,
+        n_classes: int | None = None,
+        l2: float = 0.0,
+        fit_intercept: bool = True,
+        dtype: torch.dtype | None = None,
+    ):
+        super().__init__()
+        if not isinstance(n_features, int) or n_features < 1:
+            raise fail("n_features", "a positive integer", n_features)
+        check_positive("l2", l2, allow_zero=True)
+        self.family = get_family(family, link)
+        if self.family.is_classifier and not self.family.multi_output:
+            n_classes = 2 if n_classes is None else n_classes
+            if n_classes != 2:
+                raise fail("n_classes", f"2 for the '{self.family.name}' family", n_classes)
+        self.n_features = n_features
+        self.n_classes = n_classes
+        self.l2 = float(l2)
+        self.fit_intercept = fit_intercept
+        n_out = self.family.n_outputs(n_classes)
+        self.linear = nn.Linear(n_features, n_out, bias=fit_intercept, dtype=dtype)
+        nn.init.zeros_(self.linear.weight)
+        if fit_intercept:
+            nn.init.zeros_(self.linear.bias)
+        # The fitted flag travels with the state_dict, so a loaded checkpoint predicts.
+        self.register_buffer("_fitted", torch.zeros((), dtype=torch.bool))
+
+    # -- prediction ---------------------------------------------------------
+    @property
+    def link(self) -> Link:
+        return self.family.link
+
+    @property
+    def n_outputs(self) -> int:
+        return self.linear.out_features
+
+    def forward(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """Linear predictor ``eta = x W^T + b (+ offset)``: (n,) or (n, K) for softmax."""
+        eta = self.linear(x)
+        if not self.family.multi_output:
+            eta = eta.squeeze(-1)
+        if offset is not None:
+            eta = eta + offset
+        return eta
+
+    def predict_proba(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """The mean ``mu = g^{-1}(eta)``: p(C_1|x) of shape (n,) for binary models,
+        class probabilities (n, K) for softmax, E[y|x] for regression families."""
+        return self.family.mean(self(x, offset))
+
+    def predict(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """Labels (classifiers) or the predicted mean (regression families)."""
+        return self.family.predict(self(x, offset))
+
+    # -- objective ----------------------------------------------------------
+    def penalty(self) -> torch.Tensor:
+        """``(l2 / 2) ||W||^2`` over the weights, not the bias (seed 003's Gaussian prior)."""
+        w = self.linear.weight
+        return 0.5 * self.l2 * (w * w).sum()
+
+    def objective(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        offset: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Weighted mean NLL + penalty, without input checks (the solvers' hot path)."""
+        nll = self.family.nll(self(x, offset), y)
+        if weight is None:
+            data = nll.mean()
+        else:
+            data = (weight * nll).sum() / weight.sum()
+        return data + self.penalty()
+
+    def check_data(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        offset: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate a design matrix and targets against this model; return ``(x, y)``
+        with ``y`` in the dtype the family expects."""
+        check_features("X", x, self.n_features)
+        if not isinstance(y, torch.Tensor):
+            raise fail("y", "a torch.Tensor", type(y).__name__)
+        check_same_length(["X", "y"], x, y)
+        check_weight(weight, x.shape[0])
+        if offset is not None:
+            if offset.shape != (x.shape[0],):
+                raise fail("offset", f"a 1-D tensor of length {x.shape[0]}", tuple(offset.shape))
+        y = self.family.check_target(y, self.n_classes)
+        if y.is_floating_point():
+            y = y.to(x.dtype)
+        return x, y
+
+    def loss(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        offset: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Validated objective: weighted mean NLL + ``(l2/2)||W||^2``.
+
+        Args:
+            x: features, shape (n_samples, n_features).
+            y: targets, shape (n_samples,) (class labels for classifiers).
+            weight: optional non-negative sample weights, shape (n_samples,).
+            offset: optional known term added to eta, shape (n_samples,).
+
+        Raises:
+            InputError: on wrong shapes, non-finite values or invalid targets.
+        """
+        x, y = self.check_data(x, y, weight, offset)
+        return self.objective(x, y, weight, offset)
+
+    # -- fitting --------------------------------------------------------------
+    def fit(self, x, y, weight=None, offset=None, solver: str = "auto", **options):
+        """Fit in place without a Trainer; see :func:`torchglm.solvers.fit`."""
+        from ..solvers import fit as _fit
+
+        return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
+
+    @property
+    def is_fitted(self) -> bool:
+        return bool(self._fitted)
+
+    def mark_fitted(self) -> None:
+        self._fitted.fill_(True)
+
+    def check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit() first")
+
+    def extra_repr(self) -> str:
+        return f"family={self.family!r}, n_classes={self.n_classes}, l2={self.l2}"
+
+
+class LogisticRegression(GeneralizedLinearModel):
+    """``p(C_1|x) = sigma(w^T x + w0)`` trained on cross-entropy (seed 000, 002, 004).
+
+    The gradient of the summed NLL is ``sum_i (y_i - t_i) x_i`` with ``y_i = sigma(eta_i)``.
+    """
+
+    def __init__(self, n_features: int, l2: float = 0.0, fit_intercept: bool = True,
+                 dtype: torch.dtype | None = None):
+        super().__init__(n_features, "bernoulli", "logit", 2, l2, fit_intercept, dtype)
+
+
+class ProbitRegression(GeneralizedLinearModel):
+    """``p(C_1|x) = Phi(w^T x + w0)``, the standard normal CDF (seed 000, "Probit regression")."""
+
+    def __init__(self, n_features: int, l2: float = 0.0, fit_intercept: bool = True,
+                 dtype: torch.dtype | None = None):
+        super().__init__(n_features, "bernoulli", "probit", 2, l2, fit_intercept, dtype)
+
+
+class SoftmaxRegression(GeneralizedLinearModel):
+    """``p(C_k|x) = softmax(W x + b)_k`` with 1-of-K targets (seed 000, 003).
+
+    One weight row per class (K rows): the gradient of the summed NLL for class
+    ``j`` is ``sum_i (y_ij - t_ij) x_i``. Unpenalized, adding one vector to every
+    row leaves the probabilities unchanged (the Newton solver handles that).
+    """
+
+    def __init__(self, n_features: int, n_classes: int, l2: float = 0.0,
+                 fit_intercept: bool = True, dtype: torch.dtype | None = None):
+        super().__init__(n_features, "categorical", "softmax", n_classes, l2, fit_intercept, dtype)

@@ -178,6 +178,14 @@ class GeneralizedLinearModel(nn.Module):
         return self.objective(x, y, weight, offset)
 
     # -- fitting --------------------------------------------------------------
+    def make_fitter(self, solver: str = "auto", **options):
+        """A pass-based :class:`~torchglm.solvers.base.Fitter` for this model; see
+        :func:`torchglm.solvers.make_fitter`. Every model class has this method, so the
+        Lightning task and ``fit`` never branch on the model type."""
+        from ..solvers import make_fitter as _make_fitter
+
+        return _make_fitter(self, solver, **options)
+
     def fit(self, x, y, weight=None, offset=None, solver: str = "auto", **options):
         """Fit in place without a Trainer; see :func:`torchglm.solvers.fit`."""
         from ..solvers import fit as _fit

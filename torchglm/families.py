@@ -1,13 +1,38 @@
 """Exponential-family response distributions ``p(y | eta)``.
 
-A family gives the per-sample negative log-likelihood on the eta scale, the
-mean ``mu = g^{-1}(eta)`` through its link, the target checks, its canonical
-link and the links it allows (seed 000, "Exponential families and GLM").
+Seed 000 ("Exponential families and GLM") writes every family as
+``p(y|x) = g(x) f(y) exp(theta(x) u(y))`` and obtains a GLM by predicting
+``mu = E[y|x]`` through ``mu = g^{-1}(eta)``, ``eta = w^T x + w0``. With the
+canonical link the natural parameter is ``theta = eta`` (seed 004, "canonical
+link functions"): identity for the normal, logit for the Bernoulli, softmax for
+the categorical, log for the Poisson and ``theta = -lambda = -1/mu`` for the
+exponential.
+
+A family gives
+
+* ``nll(eta, y)``: the per-sample negative log-likelihood at dispersion
+  ``phi = 1`` on the eta scale, with its normalizing constants (``lgamma(y+1)``
+  for the Poisson, ``log(2 pi)/2`` for the Gaussian), so that summed it is the
+  exact log-likelihood of the families without a dispersion parameter. The
+  mean-NLL objective of every solver uses it; ``phi`` never changes the
+  maximizer ``beta`` of a GLM, so Gaussian and Gamma fit at ``phi = 1`` and
+  ``phi`` is estimated afterwards (:meth:`Family.dispersion`), as in
+  statsmodels' IRLS (McCullagh & Nelder 1989, Sec. 2.5).
+* ``log_likelihood(eta, y, weight, scale)``: the total log-likelihood at a
+  dispersion ``scale`` (and, for the binomial, with the binomial coefficients).
+* ``variance(mu)`` (``Var[y] = phi V(mu)``), ``unit_deviance(y, mu)``,
+  ``saturated_nll(y)``, ``pearson_chi2`` and the dispersion estimate.
+* ``check_target`` (the support of ``y``), ``valid_eta`` (where ``mu`` lies in
+  the family's mean domain: outside it ``nll`` is ``+inf``, never NaN, so a line
+  search rejects the step), the canonical link and the allowed links.
+
 Each family is one class registered in :data:`FAMILIES`; an invalid
 (family, link) pairing is an error that lists the valid links.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -15,7 +40,20 @@ import torch.nn.functional as F
 from ._validation import fail
 from .links import Link, get_link
 
-__all__ = ["Family", "Bernoulli", "Categorical", "FAMILIES", "get_family"]
+__all__ = [
+    "Family",
+    "Gaussian",
+    "Bernoulli",
+    "Binomial",
+    "Categorical",
+    "Poisson",
+    "Gamma",
+    "Exponential",
+    "FAMILIES",
+    "get_family",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
 
 
 class Family:
@@ -36,6 +74,16 @@ class Family:
     is_classifier: bool = False
     #: True when eta has one column per class.
     multi_output: bool = False
+    #: True when ``Var[y] = phi V(mu)`` has a free dispersion ``phi`` (Gaussian, Gamma);
+    #: False when ``phi = 1`` (Bernoulli, binomial, Poisson, exponential).
+    has_dispersion: bool = False
+    #: True when a sample weight is a number of trials (binomial) rather than a
+    #: frequency (a weight of 2 = the row twice). It changes the count of
+    #: observations used by BIC and the residual degrees of freedom.
+    weight_is_trials: bool = False
+    #: links whose inverse always lands in the mean domain: ``nll`` skips the
+    #: domain mask for them (the hot path of the canonical fits).
+    _closed_links: tuple[str, ...] = ()
 
     def __init__(self, link: str | Link | None = None):
         self.link = get_link(self.canonical_link if link is None else link)
@@ -45,6 +93,7 @@ class Family:
                 f"one of {list(self.allowed_links)}",
                 repr(self.link.name),
             )
+        self._masked = self.link.name not in self._closed_links
 
     @property
     def is_canonical(self) -> bool:
@@ -58,21 +107,98 @@ class Family:
         """``mu = g^{-1}(eta)``."""
         return self.link.inverse(eta)
 
+    # -- likelihood ---------------------------------------------------------
     def nll(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Per-sample negative log-likelihood ``-log p(y_i | eta_i)``, shape (n,)."""
+        """Per-sample negative log-likelihood ``-log p(y_i | eta_i)`` at ``phi = 1``.
+
+        Args:
+            eta: linear predictor, shape (n,) ((n, K) for the categorical family).
+            y: targets as returned by :meth:`check_target`, shape (n,).
+
+        Returns:
+            Shape (n,); ``+inf`` where ``eta`` puts the mean outside the family's
+            domain (e.g. ``mu <= 0`` for a Poisson with the identity link).
+        """
+        value = self._nll(eta, y)
+        if self._masked:
+            value = torch.where(self.valid_eta(eta), value, torch.full_like(value, math.inf))
+        return value
+
+    def _nll(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def valid_eta(self, eta: torch.Tensor) -> torch.Tensor:
+        """Boolean mask of the eta values whose mean lies in the family's domain."""
+        return self._valid_mean(self.mean(eta))
+
+    def _valid_mean(self, mu: torch.Tensor) -> torch.Tensor:
+        return torch.isfinite(mu)
+
+    def log_likelihood(
+        self,
+        eta: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        scale: float | torch.Tensor = 1.0,
+    ) -> torch.Tensor:
+        """Total log-likelihood ``sum_i s_i log p(y_i | eta_i, phi)`` (a 0-d tensor).
+
+        Args:
+            eta: linear predictor, shape (n,).
+            y: checked targets, shape (n,).
+            weight: frequency weights (trials, for the binomial), shape (n,).
+            scale: the dispersion ``phi``; only families with a dispersion use it.
+        """
+        nll = self.nll(eta, y)
+        return -(nll.sum() if weight is None else (weight * nll).sum())
+
+    def saturated_nll(self, y: torch.Tensor) -> torch.Tensor:
+        """Per-sample NLL of the saturated model (``mu_i = y_i``) at ``phi = 1``."""
+        raise NotImplementedError(f"family '{self.name}' defines no saturated model")
+
+    def unit_deviance(self, y: torch.Tensor, mu: torch.Tensor) -> torch.Tensor:
+        """Per-sample deviance ``d(y, mu) = 2 phi (log p(y|y) - log p(y|mu))``, shape (n,).
+
+        The deviance of a fit is ``sum_i s_i d(y_i, mu_i)``.
+        """
+        raise NotImplementedError(f"family '{self.name}' defines no deviance")
+
+    def variance(self, mu: torch.Tensor) -> torch.Tensor:
+        """Variance function ``V(mu)``: ``Var[y] = phi V(mu)``."""
+        raise NotImplementedError(f"family '{self.name}' defines no variance function")
+
+    def pearson_chi2(
+        self, y: torch.Tensor, mu: torch.Tensor, weight: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Pearson's statistic ``X^2 = sum_i s_i (y_i - mu_i)^2 / V(mu_i)``."""
+        r = (y - mu) ** 2 / self.variance(mu)
+        return r.sum() if weight is None else (weight * r).sum()
+
+    def dispersion(
+        self,
+        y: torch.Tensor,
+        mu: torch.Tensor,
+        weight: torch.Tensor | None,
+        df_resid: float,
+    ) -> torch.Tensor:
+        """Dispersion estimate ``phi = X^2 / (n - p)`` (statsmodels' default); 1 for
+        families without a dispersion parameter."""
+        if not self.has_dispersion:
+            return torch.ones((), dtype=mu.dtype, device=mu.device)
+        return self.pearson_chi2(y, mu, weight) / df_resid
+
+    # -- targets and prediction -----------------------------------------------
     def check_target(self, y: torch.Tensor, n_classes: int | None = None) -> torch.Tensor:
-        """Validate targets; return them in the dtype ``nll`` expects."""
+        """Validate targets; return them in the dtype ``nll`` expects.
+
+        Raises:
+            InputError: if ``y`` is not 1-D or leaves the family's support.
+        """
         raise NotImplementedError
 
     def predict(self, eta: torch.Tensor) -> torch.Tensor:
         """Point prediction: the label for classifiers, the mean otherwise."""
         return self.mean(eta)
-
-    def variance(self, mu: torch.Tensor) -> torch.Tensor:
-        """Variance function ``V(mu)``: ``Var[y] = phi V(mu)``."""
-        raise NotImplementedError(f"family '{self.name}' defines no variance function")
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(link={self.link.name!r})"
@@ -93,24 +219,100 @@ def _check_labels(y: torch.Tensor, n_classes: int) -> torch.Tensor:
     return yl
 
 
-class Bernoulli(Family):
-    """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (logistic / probit regression).
+def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
+    """A 1-D finite real target, optionally restricted by the mask ``ok(y)``."""
+    if not isinstance(y, torch.Tensor):
+        raise fail("y", "a torch.Tensor", type(y).__name__)
+    if y.dim() != 1:
+        raise fail("y", "a 1-D tensor of targets", f"shape {tuple(y.shape)}")
+    if not y.is_floating_point():
+        y = y.to(torch.get_default_dtype())
+    if not bool(torch.isfinite(y).all()):
+        raise fail("y", "finite targets", "NaN or inf")
+    if ok is not None:
+        bad = ~ok(y)
+        if bool(bad.any()):
+            first = int(bad.nonzero()[0, 0])
+            raise fail("y", support, f"{int(bad.sum())} values outside it, first y[{first}] = {float(y[first])}")
+    return y
 
-    ``nll = -(y log mu + (1 - y) log(1 - mu))`` computed on the eta scale from
-    the link's ``log_inverse``/``log1m_inverse`` (for the logit link this is
-    ``binary_cross_entropy_with_logits``; for probit ``log_ndtr``).
+
+class Gaussian(Family):
+    """``y in R``, ``p(y|x) = N(y; mu, phi)`` (linear regression, seed 000).
+
+    Canonical link: identity (``theta = mu / sigma^2``, seed 000). ``V(mu) = 1``,
+    ``d(y, mu) = (y - mu)^2``, and the NLL at ``phi = 1`` is
+    ``(y - mu)^2 / 2 + log(2 pi) / 2``, so the mean-NLL fit is least squares.
+    """
+
+    name = "gaussian"
+    canonical_link = "identity"
+    allowed_links = ("identity", "log", "inverse")
+    has_dispersion = True
+    _closed_links = ("identity", "log")
+
+    def _nll(self, eta, y):
+        r = y - self.mean(eta)
+        return 0.5 * r * r + 0.5 * _LOG_2PI
+
+    def log_likelihood(self, eta, y, weight=None, scale=1.0):
+        scale = torch.as_tensor(scale, dtype=eta.dtype, device=eta.device)
+        r = y - self.mean(eta)
+        ll = -0.5 * r * r / scale - 0.5 * (_LOG_2PI + torch.log(scale))
+        return ll.sum() if weight is None else (weight * ll).sum()
+
+    def saturated_nll(self, y):
+        return torch.full_like(y, 0.5 * _LOG_2PI)
+
+    def unit_deviance(self, y, mu):
+        return (y - mu) ** 2
+
+    def variance(self, mu):
+        return torch.ones_like(mu)
+
+    def check_target(self, y, n_classes=None):
+        return _check_real(y, "real targets")
+
+
+class _Binary(Family):
+    """Shared likelihood of the Bernoulli and binomial families (per trial).
+
+    ``nll = -(y log mu + (1 - y) log(1 - mu))`` on the eta scale from the link's
+    ``log_inverse``/``log1m_inverse`` (``binary_cross_entropy_with_logits`` for
+    the logit, ``log_ndtr`` for the probit). ``V(mu) = mu (1 - mu)``.
+    """
+
+    _closed_links = ("logit", "probit", "cloglog")
+
+    def _nll(self, eta, y):
+        y = y.to(eta.dtype)
+        if self.link.name == "logit":
+            return F.binary_cross_entropy_with_logits(eta, y, reduction="none")
+        return -(y * self.link.log_inverse(eta) + (1 - y) * self.link.log1m_inverse(eta))
+
+    def _valid_mean(self, mu):
+        return (mu > 0) & (mu < 1)
+
+    def saturated_nll(self, y):
+        return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))
+
+    def unit_deviance(self, y, mu):
+        return 2 * (torch.xlogy(y, y / mu) + torch.xlogy(1 - y, (1 - y) / (1 - mu)))
+
+    def variance(self, mu):
+        return mu * (1 - mu)
+
+
+class Bernoulli(_Binary):
+    """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (logistic / probit regression, seed 000).
+
+    Canonical link: logit (``theta = log(pi / (1 - pi))``, seed 000).
     """
 
     name = "bernoulli"
     canonical_link = "logit"
     allowed_links = ("logit", "probit", "cloglog")
     is_classifier = True
-
-    def nll(self, eta, y):
-        y = y.to(eta.dtype)
-        if self.link.name == "logit":
-            return F.binary_cross_entropy_with_logits(eta, y, reduction="none")
-        return -(y * self.link.log_inverse(eta) + (1 - y) * self.link.log1m_inverse(eta))
 
     def check_target(self, y, n_classes=None):
         return _check_labels(y, 2)
@@ -120,14 +322,62 @@ class Bernoulli(Family):
         # comparing mu keeps cloglog (g(1/2) != 0) right too.
         return (self.mean(eta) > 0.5).long()
 
-    def variance(self, mu):
-        return mu * (1 - mu)
+
+class Binomial(_Binary):
+    """Proportions of successes out of ``n_i`` trials: ``n_i y_i ~ Bin(n_i, mu_i)``.
+
+    Targets are the proportions ``y_i = k_i / n_i`` in [0, 1] and the sample
+    weights are the numbers of trials ``n_i`` (:meth:`from_counts` converts
+    ``(successes, trials)``). The weighted NLL ``sum_i n_i nll(eta_i, y_i)`` is
+    then the binomial NLL up to the binomial coefficients, which do not depend on
+    the coefficients; :meth:`log_likelihood` adds them back
+    (``log C(n_i, k_i)``), so log-likelihood and AIC match statsmodels'
+    ``GLM(np.column_stack([k, n - k]), X, family=Binomial())``. Without weights
+    every row is one trial (a Bernoulli with fractional targets allowed). A
+    weight here counts trials, not duplicated rows: BIC and ``df_resid`` count
+    rows.
+
+    Canonical link: logit; also probit, cloglog and log (the log link keeps
+    ``mu = e^eta < 1`` only for ``eta < 0``: outside, the NLL is ``+inf``).
+    """
+
+    name = "binomial"
+    canonical_link = "logit"
+    allowed_links = ("logit", "probit", "cloglog", "log")
+    weight_is_trials = True
+
+    @staticmethod
+    def from_counts(successes: torch.Tensor, trials: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(successes, trials) -> (y, weight) = (successes / trials, trials)``.
+
+        Raises:
+            InputError: if a count is negative, exceeds its trials, or trials is 0.
+        """
+        successes = torch.as_tensor(successes, dtype=torch.get_default_dtype())
+        trials = torch.as_tensor(trials, dtype=successes.dtype)
+        if bool((trials <= 0).any()):
+            raise fail("trials", "positive numbers of trials", f"min {float(trials.min())}")
+        if bool(((successes < 0) | (successes > trials)).any()):
+            raise fail("successes", "counts in [0, trials]", "a count outside it")
+        return successes / trials, trials
+
+    def log_likelihood(self, eta, y, weight=None, scale=1.0):
+        if weight is None:
+            return super().log_likelihood(eta, y)
+        k = y * weight
+        log_binom = torch.lgamma(weight + 1) - torch.lgamma(k + 1) - torch.lgamma(weight - k + 1)
+        return log_binom.sum() - (weight * self.nll(eta, y)).sum()
+
+    def check_target(self, y, n_classes=None):
+        return _check_real(y, "proportions in [0, 1]", lambda t: (t >= 0) & (t <= 1))
 
 
 class Categorical(Family):
     """``y in {0..K-1}``, ``p(C_k|x) = softmax(eta)_k`` (softmax regression, seed 000).
 
-    ``nll = -log softmax(eta)_y`` via ``cross_entropy`` (a ``log_softmax``).
+    ``nll = -log softmax(eta)_y`` via ``cross_entropy`` (a ``log_softmax``); the
+    saturated model puts probability 1 on the observed class, so the unit
+    deviance is ``-2 log mu_y``.
     """
 
     name = "categorical"
@@ -135,14 +385,21 @@ class Categorical(Family):
     allowed_links = ("softmax",)
     is_classifier = True
     multi_output = True
+    _closed_links = ("softmax",)
 
     def n_outputs(self, n_classes=None):
         if n_classes is None or n_classes < 2:
             raise fail("n_classes", "an integer >= 2 for the categorical family", n_classes)
         return n_classes
 
-    def nll(self, eta, y):
+    def _nll(self, eta, y):
         return F.cross_entropy(eta, y, reduction="none")
+
+    def saturated_nll(self, y):
+        return torch.zeros(y.shape, dtype=torch.get_default_dtype(), device=y.device)
+
+    def unit_deviance(self, y, mu):
+        return -2 * torch.log(mu.gather(-1, y.long().unsqueeze(-1)).squeeze(-1))
 
     def check_target(self, y, n_classes=None):
         return _check_labels(y, n_classes)
@@ -151,8 +408,107 @@ class Categorical(Family):
         return eta.argmax(dim=-1)
 
 
+class Poisson(Family):
+    """Counts ``y in {0, 1, ...}``, ``p(y|x) = lambda^y e^{-lambda} / y!`` (seed 000).
+
+    Canonical link: log (``theta = log lambda``); also identity (``mu = eta``,
+    which needs ``eta > 0``; outside, the NLL is ``+inf``). ``V(mu) = mu``,
+    ``nll = mu - y log mu + lgamma(y + 1)``,
+    ``d(y, mu) = 2 (y log(y / mu) - (y - mu))``. Non-integer non-negative
+    targets (rates) are accepted, as in scikit-learn and statsmodels: the NLL is
+    then the continuous extension through ``lgamma``. Exposure enters as
+    ``offset = log(exposure)`` with the log link.
+    """
+
+    name = "poisson"
+    canonical_link = "log"
+    allowed_links = ("log", "identity")
+    _closed_links = ("log",)
+
+    def _nll(self, eta, y):
+        return self.mean(eta) - y * self.link.log_inverse(eta) + torch.lgamma(y + 1)
+
+    def _valid_mean(self, mu):
+        return mu > 0
+
+    def saturated_nll(self, y):
+        return y - torch.xlogy(y, y) + torch.lgamma(y + 1)
+
+    def unit_deviance(self, y, mu):
+        return 2 * (torch.xlogy(y, y / mu) - (y - mu))
+
+    def variance(self, mu):
+        return mu
+
+    def check_target(self, y, n_classes=None):
+        return _check_real(y, "non-negative counts", lambda t: t >= 0)
+
+
+class Gamma(Family):
+    """Positive ``y``, ``p(y|x) = Gamma(shape nu = 1/phi, mean mu)``.
+
+    ``log p = nu log(nu y / mu) - nu y / mu - log y - lgamma(nu)``, ``V(mu) = mu^2``,
+    ``d(y, mu) = 2 ((y - mu) / mu - log(y / mu))``. Canonical link: inverse in
+    statsmodels' convention ``mu = 1 / eta`` (``eta > 0``); also log and
+    identity. At ``phi = 1`` the NLL is ``log mu + y / mu``, the exponential's.
+    """
+
+    name = "gamma"
+    canonical_link = "inverse"
+    allowed_links = ("inverse", "log", "identity")
+    has_dispersion = True
+    _closed_links = ("log",)
+
+    def _nll(self, eta, y):
+        return self.link.log_inverse(eta) + y / self.mean(eta)
+
+    def _valid_mean(self, mu):
+        return (mu > 0) & torch.isfinite(mu)
+
+    def log_likelihood(self, eta, y, weight=None, scale=1.0):
+        nu = 1.0 / torch.as_tensor(scale, dtype=eta.dtype, device=eta.device)
+        y_mu = y / self.mean(eta)
+        ll = nu * torch.log(nu * y_mu) - nu * y_mu - torch.log(y) - torch.lgamma(nu)
+        if self._masked:
+            ll = torch.where(self.valid_eta(eta), ll, torch.full_like(ll, -math.inf))
+        return ll.sum() if weight is None else (weight * ll).sum()
+
+    def saturated_nll(self, y):
+        return torch.log(y) + 1
+
+    def unit_deviance(self, y, mu):
+        return 2 * ((y - mu) / mu - torch.log(y / mu))
+
+    def variance(self, mu):
+        return mu * mu
+
+    def check_target(self, y, n_classes=None):
+        return _check_real(y, "positive targets", lambda t: t > 0)
+
+
+class Exponential(Gamma):
+    """Positive ``y``, ``p(y|x) = lambda e^{-lambda y}`` with mean ``mu = 1 / lambda`` (seed 000).
+
+    The Gamma with shape 1 (``phi = 1`` fixed). Canonical link: seed 000's
+    ``theta = -lambda``, i.e. ``mu = -1 / eta`` (``negative_reciprocal``,
+    ``eta < 0``); also the inverse link ``mu = 1 / eta`` (statsmodels' Gamma
+    convention: the same model with ``eta -> -eta``) and log.
+    ``nll = log mu + y / mu = -log lambda + lambda y``.
+    """
+
+    name = "exponential"
+    canonical_link = "negative_reciprocal"
+    allowed_links = ("negative_reciprocal", "inverse", "log")
+    has_dispersion = False
+
+    def log_likelihood(self, eta, y, weight=None, scale=1.0):
+        return Family.log_likelihood(self, eta, y, weight)
+
+
 #: Registry of family names to classes.
-FAMILIES: dict[str, type[Family]] = {cls.name: cls for cls in (Bernoulli, Categorical)}
+FAMILIES: dict[str, type[Family]] = {
+    cls.name: cls for cls in (Gaussian, Bernoulli, Binomial, Categorical, Poisson, Gamma, Exponential)
+}
 
 
 def get_family(family: str | Family, link: str | Link | None = None) -> Family:

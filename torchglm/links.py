@@ -163,8 +163,13 @@ class CLogLog(Link):
         return torch.exp(eta - torch.exp(eta))
 
     def log_inverse(self, eta):
-        # log(1 - e^{-e^eta}); for very negative eta this tends to eta itself.
-        return torch.log(-torch.expm1(-torch.exp(eta)))
+        # log(1 - e^{-x}) with x = e^eta.  Once x < e^-20 the series
+        # log x - x/2 + O(x^2) is exact to 1e-19 and, unlike the direct form,
+        # stays finite after e^{-x} rounds to 1 (eta < -37) or x underflows.
+        x = torch.exp(eta)
+        small = eta < -20.0
+        direct = torch.log(-torch.expm1(-torch.where(small, torch.ones_like(x), x)))
+        return torch.where(small, eta - 0.5 * x, direct)
 
     def log1m_inverse(self, eta):
         return -torch.exp(eta)
@@ -186,6 +191,11 @@ class Log(Link):
 
     def log_inverse(self, eta):
         return eta
+
+    def log1m_inverse(self, eta):
+        # log(1 - e^eta) for the binomial log link (eta < 0): expm1 keeps
+        # precision as eta -> 0-.
+        return torch.log(-torch.expm1(eta))
 
 
 class Inverse(Link):

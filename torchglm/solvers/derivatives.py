@@ -1,0 +1,354 @@
+"""Loss, gradient and Hessian of a GLM as sums over batches.
+
+The objective of :class:`~torchglm.models.GeneralizedLinearModel` is
+
+    E(theta) = sum_i s_i l(eta_i, y_i) / sum_i s_i + (l2 / 2) ||W||^2,
+    eta_i = W x_i + b (+ offset_i),
+
+with per-sample loss ``l = family.nll`` and sample weights ``s_i``. By the chain
+rule (seed 000, "Newton-Raphson and logistic regression"), with the augmented
+design ``x~_i = [x_i, 1]``::
+
+    grad E = X~^T (s * dl/deta) / S + l2 [W, 0]                     (seed 000: X^T (y - t))
+    hess E = X~^T diag(s * d2l/deta2) X~ / S + l2 diag([1_W, 0_b])  (seed 003: X^T Y X + I / lambda)
+
+so the only per-sample derivatives needed are those of ``l`` with respect to
+``eta``. They come from :mod:`torch.func` for any family and link: since ``l`` is
+a sum of per-sample terms, ``grad`` of the sum gives every ``dl/deta_i``, and
+the Hessian of the sum with respect to ``eta`` is block diagonal (one scalar,
+or one ``K x K`` block for softmax, per sample), so ``grad`` of the summed first
+derivatives gives its diagonal exactly (a ``vmap`` over the ``K`` unit vectors
+gives the softmax blocks). The ``n x n`` matrix ``Y`` of the lecture is never
+formed: it is the weight vector ``h`` in one weighted product ``X^T (h * X)``.
+
+**Parameter order.** Every flat vector or matrix here is ordered like
+``torch.cat([model.linear.weight.reshape(-1), model.linear.bias])``: the weight
+rows (output ``k``, feature ``j`` at index ``k * n_features + j``), then the
+biases (index ``n_outputs * n_features + k``). :func:`parameter_names` names them.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+from torch.func import grad, vmap
+
+from ..data.batches import Batch
+from .base import all_reduce_sum
+
+__all__ = [
+    "eta_derivatives",
+    "flat_parameters",
+    "set_flat_parameters",
+    "parameter_names",
+    "penalty_mask",
+    "PassSums",
+    "hessian_and_gradient",
+]
+
+
+# -- per-sample derivatives on the eta scale ------------------------------------
+def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
+                    expected: bool = False):
+    """Per-sample loss and its first (and second) derivatives with respect to eta.
+
+    Args:
+        family: a :class:`~torchglm.families.Family`.
+        eta: linear predictor, shape (n,) or (n, K) for multi-output families.
+        y: targets, shape (n,).
+        order: 1 for ``(nll, d1)``, 2 for ``(nll, d1, d2)``.
+        expected: give the expected information instead of ``d2`` (Fisher
+            scoring, seed 000's IRLS weights): ``(dmu/deta)^2 / V(mu)`` for
+            single-output families. Multi-output families (the categorical with
+            its canonical softmax link) have ``d2`` free of ``y``, so the
+            expected and observed information coincide and ``d2`` is returned.
+
+    Returns:
+        ``nll`` (n,), ``d1`` like ``eta`` and, for ``order=2``, ``d2`` of shape (n,)
+        or (n, K, K).
+    """
+
+    def total(e):
+        nll = family.nll(e, y)
+        return nll.sum(), nll
+
+    if order == 1:
+        d1, nll = grad(total, has_aux=True)(eta)
+        return nll, d1
+    if eta.dim() == 1:
+        def d1_sum(e):
+            d1, nll = grad(total, has_aux=True)(e)
+            return d1.sum(), (d1, nll)
+
+        if expected:
+            d1, nll = grad(total, has_aux=True)(eta)
+            link = family.link
+            mu = link.inverse(eta)
+            d2 = link.inverse_derivative(eta) ** 2 / family.variance(mu)
+            return nll, d1, d2
+        # The Hessian of sum_i l_i w.r.t. eta is diagonal, so grad(sum_i dl_i/deta_i) is it.
+        d2, (d1, nll) = grad(d1_sum, has_aux=True)(eta)
+        return nll, d1, d2
+    d1, nll = grad(total, has_aux=True)(eta)
+
+    def hessian_row(v):
+        # Row k of every per-sample block: d/deta of sum_i dl_i/deta_ik.
+        return grad(lambda e: (grad(total, has_aux=True)(e)[0] * v).sum())(eta)
+
+    eye = torch.eye(eta.shape[1], dtype=eta.dtype, device=eta.device)
+    d2 = vmap(hessian_row)(eye).permute(1, 0, 2)
+    return nll, d1, d2
+
+
+# -- parameter layout -----------------------------------------------------------
+def flat_parameters(model, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``[W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype``."""
+    lin = model.linear
+    parts = [lin.weight.detach().reshape(-1)]
+    if lin.bias is not None:
+        parts.append(lin.bias.detach())
+    theta = torch.cat(parts)
+    return theta.to(dtype) if dtype is not None else theta.clone()
+
+
+def set_flat_parameters(model, theta: torch.Tensor) -> None:
+    """Write a flat ``[W.reshape(-1), b]`` vector into the model (in its dtype)."""
+    lin = model.linear
+    m, d = lin.weight.shape
+    with torch.no_grad():
+        lin.weight.copy_(theta[: m * d].view(m, d))
+        if lin.bias is not None:
+            lin.bias.copy_(theta[m * d:])
+
+
+def parameter_names(model) -> list[str]:
+    """Names of the flat parameters: ``weight[k,j]`` then ``bias[k]``."""
+    m, d = model.linear.weight.shape
+    names = [f"weight[{k},{j}]" for k in range(m) for j in range(d)]
+    if model.linear.bias is not None:
+        names += [f"bias[{k}]" for k in range(m)]
+    return names
+
+
+def penalty_mask(model, dtype=None, device=None) -> torch.Tensor:
+    """1 for penalized (weight) entries, 0 for the bias, in the flat order."""
+    m, d = model.linear.weight.shape
+    n_bias = m if model.linear.bias is not None else 0
+    return torch.cat([torch.ones(m * d, dtype=dtype, device=device),
+                      torch.zeros(n_bias, dtype=dtype, device=device)])
+
+
+# -- one pass of sums -------------------------------------------------------------
+class PassSums:
+    """Sums of loss, gradient and curvature over the batches of one pass.
+
+    ``add(batch)`` evaluates the model at the flat parameters ``theta`` on one
+    batch and adds its sums; ``finish()`` all-reduces them (when
+    ``torch.distributed`` is initialized), divides by the total sample weight
+    and adds the penalty. After ``finish``: ``loss``, ``grad``, and ``hess``
+    (``curvature="full"`` or ``"expected"``), ``diag`` (``"diag"``) or the stored
+    per-batch curvature for :meth:`hvp` (``"hvp"``); ``n_invalid`` counts samples
+    whose eta left the link's domain or whose loss is not finite, and
+    ``n_saturated`` samples whose loss is below ``saturation`` (fitted
+    probability numerically 0 or 1: a sign of separation).
+
+    Args:
+        model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
+        theta: flat parameters (see the module docstring for the order).
+        curvature: ``None``, ``"full"``, ``"expected"``, ``"diag"`` or ``"hvp"``.
+        saturation: per-sample loss below which a sample counts as saturated.
+    """
+
+    def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
+                 saturation: float = 0.0):
+        self.family = model.family
+        self.l2 = model.l2
+        m, d = model.linear.weight.shape
+        self.m, self.d = m, d
+        self.has_bias = model.linear.bias is not None
+        self.scalar = not model.family.multi_output
+        self.theta = theta
+        self.W = theta[: m * d].view(m, d)
+        self.b = theta[m * d:] if self.has_bias else None
+        self.curvature = curvature
+        self.saturation = saturation
+        p = theta.numel()
+        opts = dict(dtype=theta.dtype, device=theta.device)
+        self.p = p
+        self.loss_sum = torch.zeros((), **opts)
+        self.weight_sum = torch.zeros((), **opts)
+        self.counts = torch.zeros(2, **opts)  # n_invalid, n_saturated
+        self.grad = torch.zeros(p, **opts)
+        self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
+        self.diag = torch.zeros(p, **opts) if curvature == "diag" else None
+        self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.mask = penalty_mask(model, **opts)
+
+    def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+        eta = x @ self.W.T
+        if self.has_bias:
+            eta = eta + self.b
+        if self.scalar:
+            eta = eta.squeeze(-1)
+        if offset is not None:
+            eta = eta + offset.to(eta.dtype)
+        return eta
+
+    def add(self, batch: Batch) -> None:
+        x = batch.x.to(self.theta.dtype)
+        y = batch.y
+        eta = self.eta(x, batch.offset)
+        if self.curvature is None:
+            nll, d1 = eta_derivatives(self.family, eta, y, order=1)
+            d2 = None
+        else:
+            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
+                                          expected=self.curvature == "expected")
+        s = batch.weight
+        if s is None:
+            self.weight_sum += nll.shape[0]
+        else:
+            s = s.to(eta.dtype)
+            self.weight_sum += s.sum()
+        valid = self.family.link.valid_eta(eta)
+        if valid.dim() == 2:
+            valid = valid.all(-1)
+        bad = ~(valid & torch.isfinite(nll))
+        self.counts[0] += bad.sum()
+        self.counts[1] += (nll < self.saturation).sum()
+        if s is not None:
+            nll, d1 = s * nll, _scale(d1, s)
+            d2 = None if d2 is None else _scale(d2, s)
+        self.loss_sum += nll.sum()
+        r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
+        m, d = self.m, self.d
+        self.grad[: m * d] += (r.T @ x).reshape(-1)
+        if self.has_bias:
+            self.grad[m * d:] += r.sum(0)
+        if d2 is None:
+            return
+        if self.hess is not None:
+            self._add_hessian(x, d2)
+        elif self.diag is not None:
+            self._add_diag(x, d2)
+        else:
+            self.stored.append((x, d2))
+
+    def _add_hessian(self, x, d2):
+        m, d, H = self.m, self.d, self.hess
+        blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
+        md = m * d
+        # The per-sample blocks are symmetric (h_kl = h_lk): compute each pair once.
+        for k in range(m):
+            for l in range(k, m):
+                h = blocks[:, k, l]
+                xh = x * h.unsqueeze(-1)
+                xx = x.T @ xh
+                H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
+                if l != k:
+                    H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
+                if self.has_bias:
+                    xh_sum = xh.sum(0)
+                    H[k * d:(k + 1) * d, md + l] += xh_sum
+                    H[md + l, k * d:(k + 1) * d] += xh_sum
+                    hs = h.sum()
+                    H[md + k, md + l] += hs
+                    if l != k:
+                        H[l * d:(l + 1) * d, md + k] += xh_sum
+                        H[md + k, l * d:(l + 1) * d] += xh_sum
+                        H[md + l, md + k] += hs
+
+    def _add_diag(self, x, d2):
+        m, d = self.m, self.d
+        h = d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
+        self.diag[: m * d] += (h.T @ (x * x)).reshape(-1)
+        if self.has_bias:
+            self.diag[m * d:] += h.sum(0)
+
+    def finish(self) -> "PassSums":
+        """All-reduce, normalize by the total weight and add the penalty."""
+        sums = [self.loss_sum, self.weight_sum, self.counts, self.grad]
+        if self.hess is not None:
+            sums.append(self.hess)
+        if self.diag is not None:
+            sums.append(self.diag)
+        all_reduce_sum(*sums)
+        S = self.weight_sum
+        self.n_invalid = int(self.counts[0])
+        self.n_saturated = int(self.counts[1])
+        w = self.theta * self.mask
+        self.loss = self.loss_sum / S + 0.5 * self.l2 * (w * w).sum()
+        self.grad = self.grad / S + self.l2 * w
+        if self.hess is not None:
+            self.hess = self.hess / S + torch.diag(self.l2 * self.mask)
+        if self.diag is not None:
+            self.diag = self.diag / S + self.l2 * self.mask
+        return self
+
+    def hvp(self, v: torch.Tensor) -> torch.Tensor:
+        """Hessian-vector product ``H v`` from the stored per-batch curvature.
+
+        ``H v = X~^T (h * (X~ V)) / S + l2 mask * v``: the forward (``jvp``) and
+        backward (``vjp``) products of the linear map around the per-sample
+        curvature from :func:`eta_derivatives`; ``H`` is never formed. Every
+        process calls it the same number of times (one all-reduce each).
+        """
+        m, d = self.m, self.d
+        V = v[: m * d].view(m, d)
+        c = v[m * d:] if self.has_bias else None
+        out = torch.zeros_like(v)
+        for x, d2 in self.stored:
+            u = x @ V.T  # (n, m): the directional change of eta
+            if c is not None:
+                u = u + c
+            hu = d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+            out[: m * d] += (hu.T @ x).reshape(-1)
+            if c is not None:
+                out[m * d:] += hu.sum(0)
+        all_reduce_sum(out)
+        return out / self.weight_sum + self.l2 * self.mask * v
+
+
+def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    return t * s.view(-1, *([1] * (t.dim() - 1)))
+
+
+def hessian_and_gradient(model, batches: Iterable[Batch], expected: bool = False,
+                         dtype: torch.dtype = torch.float64):
+    """Objective, gradient and Hessian at the model's current parameters.
+
+    Sums over ``batches`` (all-reduced across processes when ``torch.distributed``
+    is initialized) of the penalized objective ``E`` of the model (mean NLL +
+    ``(l2/2)||W||^2``), its gradient and its Hessian (seed 003: at the MAP
+    estimate, the Hessian is the precision of the Laplace posterior; its
+    inverse, the asymptotic covariance of the estimate, divided by ``sum_i s_i``).
+
+    Parameter order: ``[W.reshape(-1), b]``, i.e. ``weight[k, j]`` at index
+    ``k * n_features + j``, then ``bias[k]`` at ``n_outputs * n_features + k``
+    (see :func:`parameter_names`).
+
+    Args:
+        model: a fitted or unfitted ``GeneralizedLinearModel``.
+        batches: iterable of :class:`~torchglm.data.batches.Batch` (e.g.
+            ``TensorBatches(x, y)``); targets in the dtype ``family.check_target`` gives.
+        expected: return the expected (Fisher) information instead of the
+            observed Hessian (they coincide for canonical links).
+        dtype: computation dtype (float64 by default).
+
+    Returns:
+        ``(loss, grad, H)``: a 0-d tensor, shape (p,) and (p, p), where
+        ``p = n_outputs * (n_features + fit_intercept)``. All are scaled like the
+        objective (divided by the total sample weight); multiply ``H`` by
+        ``sum_i s_i`` for the Hessian of the summed negative log-likelihood.
+
+    Example:
+        >>> m = LogisticRegression(3, l2=0.1)
+        >>> loss, g, H = hessian_and_gradient(m, TensorBatches(x, y))
+    """
+    theta = flat_parameters(model, dtype).to(model.linear.weight.device)
+    sums = PassSums(model, theta, "expected" if expected else "full")
+    for batch in batches:
+        sums.add(batch)
+    sums.finish()
+    return sums.loss, sums.grad, sums.hess

@@ -1,0 +1,198 @@
+"""Gaussian discriminant analysis (seed 000 and 001, "Gaussian discriminant analysis").
+
+Every class is a Gaussian, ``p(x | C_k) = N(x | mu_k, Sigma_k)``, with either one
+covariance shared by all classes (linear boundaries, LDA) or one per class
+(quadratic boundaries, QDA). The maximum likelihood estimates are (seed 000)::
+
+    pi_k = n_k / n,    mu_k = (1 / n_k) sum_{i in C_k} x_i,
+    S_k = (1 / n_k) sum_{i in C_k} (x_i - mu_k)(x_i - mu_k)^T,
+    Sigma = sum_k (n_k / n) S_k          (shared)   or   Sigma_k = S_k   (per class)
+
+computed from the per-class sums ``n_k``, ``sum x_i`` and ``sum x_i x_i^T``
+(weighted by the sample weights when given), as ``S_k = sum x x^T / n_k - mu_k mu_k^T``.
+That one-pass form loses about ``eps * (|mu| / sigma)^2`` relative precision
+to cancellation: standardize features with large offsets, or fit in float64.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .._validation import NumericalWarning, fail
+from .generative import LOG_2PI, GenerativeClassifier, log_det_and_factor
+
+__all__ = [
+    "GaussianDiscriminantAnalysis",
+    "LinearDiscriminantAnalysis",
+    "QuadraticDiscriminantAnalysis",
+]
+
+_COVARIANCES = ("shared", "per_class")
+
+
+class GaussianDiscriminantAnalysis(GenerativeClassifier):
+    """Gaussian class conditionals with a shared or per-class covariance.
+
+    Shared covariance gives linear log-odds (seed 000, binary case)::
+
+        a(x) = log p(C_1|x)/p(C_0|x) = w^T x + w_0,   w = Sigma^{-1}(mu_1 - mu_0),
+        w_0 = 1/2 (mu_0^T Sigma^{-1} mu_0 - mu_1^T Sigma^{-1} mu_1) + log pi_1 / pi_0
+
+    (:meth:`to_linear` returns that model); per-class covariances give quadratic
+    boundaries. Two regularizers make a singular covariance usable, applied in
+    this order to each class's ``S_k`` (equivalently to the pooled ``Sigma``)::
+
+        Sigma <- (1 - shrinkage) Sigma + shrinkage * diag(Sigma)
+        Sigma <- (1 - reg) Sigma + reg * I
+
+    ``shrinkage`` is scikit-learn's ``LinearDiscriminantAnalysis(shrinkage=float)``
+    (shrinking the correlation matrix towards I), ``reg`` is
+    ``QuadraticDiscriminantAnalysis(reg_param=...)``. A covariance that is still
+    not positive definite (fewer samples than features in a class, a constant
+    feature) gets ``eps * mean(diag) * I`` added with the smallest
+    ``eps in {1e-10, ..., 1e-1}`` that works, and a :class:`NumericalWarning`.
+
+    Args:
+        n_features: number of features ``d``.
+        n_classes: number of classes ``K``.
+        covariance: ``"shared"`` (LDA) or ``"per_class"`` (QDA).
+        shrinkage: in [0, 1], shrinkage towards the diagonal.
+        reg: in [0, 1], shrinkage towards the identity.
+        priors: fixed class priors, or ``None`` to fit ``pi_k = n_k / n``.
+        dtype: dtype of the fitted statistics.
+
+    Attributes:
+        means: (K, d) class means ``mu_k``.
+        covariance: (d, d) shared ``Sigma`` or (K, d, d) per-class ``Sigma_k``,
+            after regularization.
+        scale_tril: Cholesky factor(s) of ``covariance``.
+
+    Example:
+        >>> gda = GaussianDiscriminantAnalysis(2, 2, covariance="shared")
+        >>> x = torch.randn(100, 2); y = (x[:, 0] > 0).long()
+        >>> result = gda.fit(x, y)
+        >>> gda.predict_proba(x).shape
+        torch.Size([100, 2])
+    """
+
+    def __init__(self, n_features: int, n_classes: int = 2, covariance: str = "shared",
+                 shrinkage: float = 0.0, reg: float = 0.0, priors=None,
+                 dtype: torch.dtype | None = None):
+        if covariance not in _COVARIANCES:
+            raise fail("covariance", f"one of {list(_COVARIANCES)}", repr(covariance))
+        for name, value in (("shrinkage", shrinkage), ("reg", reg)):
+            if not 0.0 <= float(value) <= 1.0:
+                raise fail(name, "a number in [0, 1]", value)
+        self.covariance_type = covariance
+        self.shrinkage = float(shrinkage)
+        self.reg = float(reg)
+        super().__init__(n_features, n_classes, priors, dtype)
+        d, K = n_features, n_classes
+        cov_shape = (d, d) if self.shared else (K, d, d)
+        eye = torch.eye(d, dtype=self.dtype)
+        self.register_buffer("means", torch.zeros(K, d, dtype=self.dtype))
+        self.register_buffer("covariance", eye.expand(cov_shape).clone())
+        self.register_buffer("scale_tril", eye.expand(cov_shape).clone())
+        self.register_buffer("log_det", torch.zeros(cov_shape[:-2], dtype=self.dtype))
+
+    @property
+    def shared(self) -> bool:
+        return self.covariance_type == "shared"
+
+    @property
+    def n_parameters(self) -> int:
+        """``K d`` means + ``d(d+1)/2`` per covariance + ``K - 1`` priors (seed 000):
+        ``d(d+5)/2 + 1`` shared and ``d(d+3) + 1`` per class when ``K = 2``."""
+        d, K = self.n_features, self.n_classes
+        n_cov = 1 if self.shared else K
+        return K * d + n_cov * d * (d + 1) // 2 + self._n_prior_parameters
+
+    # -- sufficient statistics -----------------------------------------------
+    def _statistic_shapes(self):
+        d, K = self.n_features, self.n_classes
+        return {"sum_x": (K, d), "sum_xx": (d, d) if self.shared else (K, d, d)}
+
+    def _batch_statistics(self, x, r):
+        if self.shared:
+            sum_xx = (x * r.sum(dim=1, keepdim=True)).T @ x
+        else:
+            sum_xx = torch.einsum("nk,ni,nj->kij", r, x, x)
+        return {"sum_x": r.T @ x, "sum_xx": sum_xx}
+
+    def _finalize(self, stats, class_count):
+        self._check_class_count(class_count)
+        means = stats["sum_x"] / class_count.unsqueeze(1)
+        outer = means.unsqueeze(2) * means.unsqueeze(1)  # (K, d, d)
+        if self.shared:
+            cov = (stats["sum_xx"] - (class_count[:, None, None] * outer).sum(0)) / class_count.sum()
+        else:
+            cov = stats["sum_xx"] / class_count[:, None, None] - outer
+        cov = 0.5 * (cov + cov.transpose(-1, -2))
+        eye = torch.eye(self.n_features, dtype=cov.dtype, device=cov.device)
+        if self.shrinkage:
+            cov = (1 - self.shrinkage) * cov + self.shrinkage * torch.diag_embed(cov.diagonal(dim1=-2, dim2=-1))
+        if self.reg:
+            cov = (1 - self.reg) * cov + self.reg * eye
+        cov, L, log_det, eps = log_det_and_factor(cov, "covariance")
+        if eps > 0:
+            warnings.warn(
+                f"covariance is singular (a constant feature, collinear features, or a class with "
+                f"no more samples than the {self.n_features} features; class counts "
+                f"{[round(float(c), 6) for c in class_count]}): added {eps:g} x mean variance to "
+                f"the diagonal. Set shrinkage or reg to choose the regularization yourself.",
+                NumericalWarning, stacklevel=4,
+            )
+        self.means.copy_(means)
+        self.covariance.copy_(cov)
+        self.scale_tril.copy_(L)
+        self.log_det.copy_(log_det)
+        self._set_fitted(class_count)
+
+    # -- densities -------------------------------------------------------------
+    def class_log_likelihood(self, x):
+        """``log N(x | mu_k, Sigma_k) = -1/2 (x-mu_k)^T Sigma_k^{-1} (x-mu_k) - 1/2 log|Sigma_k| - d/2 log 2 pi``."""
+        n, d, K = x.shape[0], self.n_features, self.n_classes
+        diff = x.unsqueeze(1) - self.means.unsqueeze(0)  # (n, K, d)
+        if self.shared:
+            z = torch.linalg.solve_triangular(self.scale_tril, diff.reshape(n * K, d).T, upper=False)
+            maha = (z * z).sum(0).reshape(n, K)
+        else:
+            z = torch.linalg.solve_triangular(self.scale_tril, diff.permute(1, 2, 0), upper=False)
+            maha = (z * z).sum(1).T
+        return -0.5 * (maha + self.log_det + d * LOG_2PI)
+
+    def _sample_features(self, y, generator):
+        z = torch.randn(y.shape[0], self.n_features, generator=generator,
+                        dtype=self.dtype, device=self.means.device)
+        L = self.scale_tril if self.shared else self.scale_tril[y]
+        return self.means[y] + (L @ z.unsqueeze(-1)).squeeze(-1)
+
+    def _linear_parameters(self):
+        """``w_k = Sigma^{-1} mu_k``, ``w_k0 = -1/2 mu_k^T Sigma^{-1} mu_k`` (the
+        ``x^T Sigma^{-1} x`` and ``log|Sigma|`` terms are shared by all classes)."""
+        if not self.shared:
+            raise NotImplementedError("QDA has quadratic log-odds: to_linear() needs covariance='shared'")
+        w = torch.cholesky_solve(self.means.T, self.scale_tril).T  # (K, d)
+        return w, -0.5 * (w * self.means).sum(1)
+
+    def extra_repr(self) -> str:
+        return (f"{super().extra_repr()}, covariance={self.covariance_type!r}, "
+                f"shrinkage={self.shrinkage}, reg={self.reg}")
+
+
+class LinearDiscriminantAnalysis(GaussianDiscriminantAnalysis):
+    """GDA with one covariance shared by all classes: linear boundaries (seed 000)."""
+
+    def __init__(self, n_features: int, n_classes: int = 2, shrinkage: float = 0.0,
+                 reg: float = 0.0, priors=None, dtype: torch.dtype | None = None):
+        super().__init__(n_features, n_classes, "shared", shrinkage, reg, priors, dtype)
+
+
+class QuadraticDiscriminantAnalysis(GaussianDiscriminantAnalysis):
+    """GDA with one covariance per class: quadratic boundaries (seed 000)."""
+
+    def __init__(self, n_features: int, n_classes: int = 2, shrinkage: float = 0.0,
+                 reg: float = 0.0, priors=None, dtype: torch.dtype | None = None):
+        super().__init__(n_features, n_classes, "per_class", shrinkage, reg, priors, dtype)

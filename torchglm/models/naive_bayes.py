@@ -1,0 +1,391 @@
+"""Naive Bayes classifiers: features independent given the class.
+
+``p(x | C_k) = prod_j p(x_j | C_k)`` (seed 000, "The naive Bayes assumption" and
+"GDA: discrete features"; seed 002, "Naive Bayes (in our spam email setting)").
+Each variant is a one-parameter-per-feature family whose MLE is a ratio of
+per-class sums, smoothed by pseudo-counts:
+
+=============  ==========================  =============================================
+variant        ``p(x_j | C_k)``             estimate
+=============  ==========================  =============================================
+Multinomial    ``theta_kj^{x_j}`` (words)   ``(N_kj + alpha) / (N_k + alpha d)``
+Bernoulli      ``p_kj^{x_j}(1-p_kj)^{1-x_j}`` ``(N_kj + alpha) / (n_k + 2 alpha)``
+Poisson        ``Poisson(x_j | lambda_kj)``  ``(N_kj + alpha) / (n_k + beta)``
+Gaussian       ``N(x_j | mu_kj, s2_kj)``     ``mu_kj``, ``s2_kj + var_smoothing * max_j Var[x_j]``
+=============  ==========================  =============================================
+
+with ``N_kj = sum_{i in C_k} x_ij``, ``N_k = sum_j N_kj`` and ``n_k`` the class
+size (all weighted by the sample weights). ``alpha = 0`` (and ``beta = 0``) is
+the plain MLE of seed 002 (the Lagrange-multiplier solution ``theta_ck =
+N_ck / N_c``); when a feature then never occurs in a class, ``log theta = -inf``
+and a test document containing it would get no finite log-likelihood, so the
+fit falls back to ``alpha = 1e-10`` with a :class:`NumericalWarning` (as
+scikit-learn does) instead of ever producing NaN probabilities.
+
+The multinomial, Bernoulli and Poisson variants have log-odds linear in ``x``
+(exponential-family class conditionals, seed 000), so :meth:`to_linear`
+returns the equivalent logistic or softmax regression.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .._validation import NumericalWarning, fail
+from .generative import LOG_2PI, GenerativeClassifier, _stored_values, class_sums, matmul, row_sum
+
+__all__ = ["MultinomialNB", "BernoulliNB", "GaussianNB", "PoissonNB"]
+
+_ALPHA_FALLBACK = 1e-10
+
+
+def _check_counts(name: str, x: torch.Tensor) -> None:
+    values = _stored_values(x)
+    if values.numel() == 0:
+        return
+    if bool((values < 0).any()):
+        raise fail(name, "non-negative counts", f"a negative value (min {float(values.min()):g})")
+    frac = values != torch.floor(values)
+    if bool(frac.any()):
+        raise fail(name, "integer counts", f"a non-integer value ({float(values[frac][0]):g})")
+
+
+def _smoothing(alpha: float, has_zero: bool, what: str) -> float:
+    """``alpha``, or the fallback when ``alpha == 0`` leaves a zero probability."""
+    if alpha == 0 and has_zero:
+        warnings.warn(
+            f"alpha=0 leaves {what} at probability 0 (log-likelihood -inf for data containing it); "
+            f"using alpha={_ALPHA_FALLBACK:g} instead",
+            NumericalWarning, stacklevel=5,
+        )
+        return _ALPHA_FALLBACK
+    return alpha
+
+
+def _check_alpha(name: str, value: float) -> float:
+    if not float(value) >= 0.0 or float(value) == float("inf"):
+        raise fail(name, "a finite number >= 0", value)
+    return float(value)
+
+
+class MultinomialNB(GenerativeClassifier):
+    """Multinomial Naive Bayes for word counts (seed 002; seed 000 "language models").
+
+    A document is a bag of ``L = sum_j x_j`` tokens drawn from the class's
+    categorical distribution ``theta_k`` over the vocabulary::
+
+        log p(x | C_k) = sum_j x_j log theta_kj + log (L! / prod_j x_j!)
+        theta_kj = (N_kj + alpha) / (N_k + alpha d)
+
+    The multinomial coefficient is shared by the classes (it cancels in the
+    posterior) and makes ``log_prob`` the log-probability of the count vector
+    given its length. :meth:`sample` draws lengths from a Poisson with the
+    class's mean length ``N_k / n_k`` (a length model used only for sampling).
+
+    Args:
+        n_features: vocabulary size ``d``.
+        n_classes: number of classes.
+        alpha: additive (Laplace/Lidstone) smoothing, ``>= 0``; scikit-learn's
+            ``MultinomialNB(alpha=..., force_alpha=True)``.
+        priors: fixed class priors or ``None`` to fit them.
+        dtype: dtype of the fitted statistics.
+
+    Accepts dense or torch sparse (COO/CSR) count matrices.
+    """
+
+    accepts_sparse = True
+
+    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0,
+                 priors=None, dtype: torch.dtype | None = None):
+        self.alpha = _check_alpha("alpha", alpha)
+        super().__init__(n_features, n_classes, priors, dtype)
+        K, d = n_classes, n_features
+        self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
+        self.register_buffer("log_theta", torch.full((K, d), -torch.log(torch.tensor(float(d))).item(),
+                                                     dtype=self.dtype))
+        self.register_buffer("mean_length", torch.zeros(K, dtype=self.dtype))
+
+    @property
+    def n_parameters(self) -> int:
+        """``K (d - 1)`` word probabilities + ``K - 1`` priors."""
+        return self.n_classes * (self.n_features - 1) + self._n_prior_parameters
+
+    def _check_domain(self, name, x):
+        _check_counts(name, x)
+
+    def _statistic_shapes(self):
+        return {"feature_count": (self.n_classes, self.n_features)}
+
+    def _batch_statistics(self, x, r):
+        return {"feature_count": class_sums(x, r)}
+
+    def _finalize(self, stats, class_count):
+        self._check_class_count(class_count)
+        N = stats["feature_count"]
+        alpha = _smoothing(self.alpha, bool((N == 0).any()), "a word never seen in a class")
+        smoothed = N + alpha
+        self.feature_count.copy_(N)
+        self.log_theta.copy_(smoothed.log() - smoothed.sum(1, keepdim=True).log())
+        self.mean_length.copy_(N.sum(1) / class_count)
+        self._set_fitted(class_count)
+
+    def class_log_likelihood(self, x):
+        length = row_sum(x)
+        log_coef = torch.lgamma(length + 1) - row_sum(x, lambda v: torch.lgamma(v + 1))
+        return matmul(x, self.log_theta.T) + log_coef.unsqueeze(1)
+
+    def _sample_features(self, y, generator):
+        lengths = torch.poisson(self.mean_length[y], generator=generator).long()
+        n, d = y.shape[0], self.n_features
+        counts = torch.zeros(n, d, dtype=self.dtype, device=y.device)
+        max_len = int(lengths.max()) if n else 0
+        if max_len:
+            tokens = torch.multinomial(self.log_theta[y].exp(), max_len, replacement=True, generator=generator)
+            keep = torch.arange(max_len, device=y.device).unsqueeze(0) < lengths.unsqueeze(1)
+            counts.scatter_add_(1, tokens, keep.to(self.dtype))
+        return counts
+
+    def _linear_parameters(self):
+        """``w_kj = log theta_kj``, ``w_k0 = 0`` (seed 002: ``w_k = log theta_1k - log theta_2k``)."""
+        return self.log_theta, torch.zeros_like(self.log_prior)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, alpha={self.alpha}"
+
+
+class BernoulliNB(GenerativeClassifier):
+    """Bernoulli Naive Bayes for binary features (seed 000, "GDA: discrete features")::
+
+        log p(x | C_k) = sum_j x_j log p_kj + (1 - x_j) log(1 - p_kj)
+        p_kj = (N_kj + alpha) / (n_k + 2 alpha)
+
+    Args:
+        n_features: number of binary features ``d``.
+        n_classes: number of classes.
+        alpha: additive smoothing ``>= 0`` (scikit-learn's ``BernoulliNB(alpha, force_alpha=True)``).
+        binarize: ``None`` requires features in {0, 1}; a threshold ``t >= 0``
+            maps ``x > t`` to 1 and the rest to 0 (scikit-learn's ``binarize``).
+        priors: fixed class priors or ``None`` to fit them.
+        dtype: dtype of the fitted statistics.
+
+    Accepts dense or torch sparse (COO/CSR) matrices.
+    """
+
+    accepts_sparse = True
+
+    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0,
+                 binarize: float | None = None, priors=None, dtype: torch.dtype | None = None):
+        self.alpha = _check_alpha("alpha", alpha)
+        if binarize is not None:
+            binarize = _check_alpha("binarize", binarize)
+        self.binarize = binarize
+        super().__init__(n_features, n_classes, priors, dtype)
+        K, d = n_classes, n_features
+        self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
+        self.register_buffer("log_p", torch.full((K, d), -0.6931471805599453, dtype=self.dtype))
+        self.register_buffer("log1m_p", torch.full((K, d), -0.6931471805599453, dtype=self.dtype))
+
+    @property
+    def n_parameters(self) -> int:
+        """``K d`` probabilities + ``K - 1`` priors."""
+        return self.n_classes * self.n_features + self._n_prior_parameters
+
+    def _binary(self, x):
+        if self.binarize is None:
+            return x
+        if x.layout == torch.strided:
+            return (x > self.binarize).to(self.dtype)
+        coo = x.to_sparse_coo().coalesce()
+        values = (coo.values() > self.binarize).to(self.dtype)
+        return torch.sparse_coo_tensor(coo.indices(), values, coo.shape)
+
+    def _check_domain(self, name, x):
+        if self.binarize is None:
+            values = _stored_values(x)
+            bad = (values != 0) & (values != 1)
+            if bool(bad.any()):
+                raise fail(name, "binary features in {0, 1} (or set binarize)",
+                           f"a value {float(values[bad][0]):g}")
+
+    def _statistic_shapes(self):
+        return {"feature_count": (self.n_classes, self.n_features)}
+
+    def _batch_statistics(self, x, r):
+        return {"feature_count": class_sums(self._binary(x), r)}
+
+    def _finalize(self, stats, class_count):
+        self._check_class_count(class_count)
+        N = stats["feature_count"]
+        n = class_count.unsqueeze(1)
+        alpha = _smoothing(self.alpha, bool(((N == 0) | (N == n)).any()),
+                           "a feature that is always 0 or always 1 in a class")
+        log_den = (n + 2 * alpha).log()
+        self.feature_count.copy_(N)
+        self.log_p.copy_((N + alpha).log() - log_den)
+        self.log1m_p.copy_((n - N + alpha).log() - log_den)
+        self._set_fitted(class_count)
+
+    def class_log_likelihood(self, x):
+        x = self._binary(x)
+        return matmul(x, (self.log_p - self.log1m_p).T) + self.log1m_p.sum(1)
+
+    def _sample_features(self, y, generator):
+        return torch.bernoulli(self.log_p[y].exp(), generator=generator)
+
+    def _linear_parameters(self):
+        """``w_kj = log p_kj / (1 - p_kj)``, ``w_k0 = sum_j log(1 - p_kj)`` (seed 000)."""
+        if self.binarize is not None:
+            raise NotImplementedError("to_linear() needs binarize=None: thresholding is not linear in x")
+        return self.log_p - self.log1m_p, self.log1m_p.sum(1)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, alpha={self.alpha}, binarize={self.binarize}"
+
+
+class PoissonNB(GenerativeClassifier):
+    """Poisson Naive Bayes for counts (seed 000: "Poisson in the case of count data")::
+
+        log p(x | C_k) = sum_j x_j log lambda_kj - lambda_kj - log x_j!
+        lambda_kj = (N_kj + alpha) / (n_k + beta)
+
+    ``lambda_kj`` is the posterior mean under a ``Gamma(alpha, beta)`` (shape,
+    rate) prior, i.e. ``alpha`` pseudo-counts spread over ``beta`` pseudo-samples;
+    ``alpha = beta = 0`` is the MLE ``N_kj / n_k``.
+
+    Args:
+        n_features: number of count features ``d``.
+        n_classes: number of classes.
+        alpha: prior shape (pseudo-counts), ``>= 0``.
+        beta: prior rate (pseudo-samples), ``>= 0``.
+        priors: fixed class priors or ``None`` to fit them.
+        dtype: dtype of the fitted statistics.
+
+    Accepts dense or torch sparse (COO/CSR) count matrices.
+    """
+
+    accepts_sparse = True
+
+    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0, beta: float = 1.0,
+                 priors=None, dtype: torch.dtype | None = None):
+        self.alpha = _check_alpha("alpha", alpha)
+        self.beta = _check_alpha("beta", beta)
+        super().__init__(n_features, n_classes, priors, dtype)
+        K, d = n_classes, n_features
+        self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
+        self.register_buffer("rate", torch.ones(K, d, dtype=self.dtype))
+
+    @property
+    def n_parameters(self) -> int:
+        """``K d`` rates + ``K - 1`` priors."""
+        return self.n_classes * self.n_features + self._n_prior_parameters
+
+    def _check_domain(self, name, x):
+        _check_counts(name, x)
+
+    def _statistic_shapes(self):
+        return {"feature_count": (self.n_classes, self.n_features)}
+
+    def _batch_statistics(self, x, r):
+        return {"feature_count": class_sums(x, r)}
+
+    def _finalize(self, stats, class_count):
+        self._check_class_count(class_count)
+        N = stats["feature_count"]
+        alpha = _smoothing(self.alpha, bool((N == 0).any()), "a feature that is always 0 in a class")
+        self.feature_count.copy_(N)
+        self.rate.copy_((N + alpha) / (class_count.unsqueeze(1) + self.beta))
+        self._set_fitted(class_count)
+
+    def class_log_likelihood(self, x):
+        log_fact = row_sum(x, lambda v: torch.lgamma(v + 1))
+        return matmul(x, self.rate.log().T) - self.rate.sum(1) - log_fact.unsqueeze(1)
+
+    def _sample_features(self, y, generator):
+        return torch.poisson(self.rate[y], generator=generator)
+
+    def _linear_parameters(self):
+        """``w_kj = log lambda_kj``, ``w_k0 = -sum_j lambda_kj``."""
+        return self.rate.log(), -self.rate.sum(1)
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, alpha={self.alpha}, beta={self.beta}"
+
+
+class GaussianNB(GenerativeClassifier):
+    """Gaussian Naive Bayes: independent normal features per class::
+
+        log p(x | C_k) = -1/2 sum_j [ log(2 pi s2_kj) + (x_j - mu_kj)^2 / s2_kj ]
+        s2_kj = S_kj + var_smoothing * max_j Var[x_j]
+
+    with ``S_kj`` the (biased, MLE) within-class variance and ``Var[x_j]`` the
+    variance of feature ``j`` over all training samples (scikit-learn's
+    ``GaussianNB(var_smoothing=...)``; with sample weights both are weighted).
+    If a variance is still 0 (every feature constant within a class and no
+    smoothing mass), ``eps * max(1, max_j E[x_j^2])`` is added with a
+    :class:`NumericalWarning`, so probabilities stay finite.
+
+    Args:
+        n_features: number of features ``d``.
+        n_classes: number of classes.
+        var_smoothing: ``>= 0``, fraction of the largest feature variance added
+            to every variance.
+        priors: fixed class priors or ``None`` to fit them.
+        dtype: dtype of the fitted statistics.
+    """
+
+    def __init__(self, n_features: int, n_classes: int = 2, var_smoothing: float = 1e-9,
+                 priors=None, dtype: torch.dtype | None = None):
+        self.var_smoothing = _check_alpha("var_smoothing", var_smoothing)
+        super().__init__(n_features, n_classes, priors, dtype)
+        K, d = n_classes, n_features
+        self.register_buffer("means", torch.zeros(K, d, dtype=self.dtype))
+        self.register_buffer("var", torch.ones(K, d, dtype=self.dtype))
+
+    @property
+    def n_parameters(self) -> int:
+        """``2 K d`` means and variances + ``K - 1`` priors."""
+        return 2 * self.n_classes * self.n_features + self._n_prior_parameters
+
+    def _statistic_shapes(self):
+        K, d = self.n_classes, self.n_features
+        return {"sum_x": (K, d), "sum_xx": (K, d)}
+
+    def _batch_statistics(self, x, r):
+        return {"sum_x": r.T @ x, "sum_xx": r.T @ (x * x)}
+
+    def _finalize(self, stats, class_count):
+        self._check_class_count(class_count)
+        n_k = class_count.unsqueeze(1)
+        means = stats["sum_x"] / n_k
+        # max(., 0): E[x^2] - mu^2 can round below 0 for a constant feature.
+        var = (stats["sum_xx"] / n_k - means * means).clamp_min(0)
+        n = class_count.sum()
+        total_mean = stats["sum_x"].sum(0) / n
+        total_sq = stats["sum_xx"].sum(0) / n
+        total_var = (total_sq - total_mean * total_mean).clamp_min(0)
+        var = var + self.var_smoothing * total_var.max()
+        if bool((var <= 0).any()):
+            floor = torch.finfo(var.dtype).eps * total_sq.max().clamp_min(1)
+            warnings.warn(
+                f"zero variance for some (class, feature) pairs even after var_smoothing="
+                f"{self.var_smoothing:g}; added {float(floor):.3g} to every variance",
+                NumericalWarning, stacklevel=4,
+            )
+            var = var + floor
+        self.means.copy_(means)
+        self.var.copy_(var)
+        self._set_fitted(class_count)
+
+    def class_log_likelihood(self, x):
+        diff = x.unsqueeze(1) - self.means.unsqueeze(0)  # (n, K, d)
+        return -0.5 * ((diff * diff / self.var).sum(2) + self.var.log().sum(1) + self.n_features * LOG_2PI)
+
+    def _sample_features(self, y, generator):
+        z = torch.randn(y.shape[0], self.n_features, generator=generator,
+                        dtype=self.dtype, device=self.means.device)
+        return self.means[y] + self.var[y].sqrt() * z
+
+    def extra_repr(self):
+        return f"{super().extra_repr()}, var_smoothing={self.var_smoothing}"

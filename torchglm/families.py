@@ -247,7 +247,7 @@ class Gaussian(Family):
 
     name = "gaussian"
     canonical_link = "identity"
-    allowed_links = ("identity", "log", "inverse")
+    allowed_links = ("identity", "log")
     has_dispersion = True
     _closed_links = ("identity", "log")
 

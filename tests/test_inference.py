@@ -1,0 +1,208 @@
+"""GLM inference against statsmodels on datasets that ship with statsmodels.
+
+The model is set to statsmodels' own estimate, so these tests check the inference
+(covariance, standard errors, log-likelihood, deviances, AIC/BIC, dispersion)
+independently of any solver; ``test_glm.py`` checks the fits themselves.
+"""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+import torch
+
+from torchglm import GeneralizedLinearModel, InputError
+from torchglm.inference import GLMResults, glm_results, identifiability
+from torchglm.solvers.derivatives import set_flat_parameters
+
+SM = sm.families
+L = sm.families.links
+
+
+def _t(a):
+    return None if a is None else torch.tensor(np.asarray(a, dtype=float))
+
+
+def _dataset(name):
+    """(X, y, weight, offset) from statsmodels' shipped datasets, as in its GLM examples."""
+    if name == "cpunish":
+        d = sm.datasets.cpunish.load_pandas()
+        X = d.exog.values.copy()
+        X[:, 3] = np.log(X[:, 3])
+        return X, d.endog.values, None, None
+    if name == "cpunish_offset":
+        X, y, _, _ = _dataset("cpunish")
+        return X[:, 1:], y, None, np.log(X[:, 0] / 1e4)  # INCOME as an exposure
+    if name == "scotland":
+        d = sm.datasets.scotland.load_pandas()
+        return d.exog.values, d.endog.values, None, None
+    if name == "star98":
+        d = sm.datasets.star98.load_pandas()
+        k, n = d.endog.values[:, 0], d.endog.values.sum(1)
+        return d.exog.values, k / n, n, None
+    if name == "longley":
+        d = sm.datasets.longley.load_pandas()
+        return d.exog.values, d.endog.values, None, None
+    if name == "scotland_exp":
+        X, y, _, _ = _dataset("scotland")
+        return X[:, :3], y / 10, None, None
+    raise KeyError(name)
+
+
+# (dataset, family, link, statsmodels family, statsmodels fit kwargs, freq weights)
+CASES = [
+    ("cpunish", "poisson", "log", SM.Poisson(), {}),
+    ("cpunish_offset", "poisson", "log", SM.Poisson(), {}),
+    ("scotland", "gamma", "inverse", SM.Gamma(L.InversePower()), {}),
+    ("scotland", "gamma", "log", SM.Gamma(L.Log()), {}),
+    ("scotland", "gamma", "identity", SM.Gamma(L.Identity()), {}),
+    ("scotland_exp", "exponential", "log", SM.Gamma(L.Log()), {"scale": 1.0}),
+    ("star98", "binomial", "logit", SM.Binomial(), {}),
+    ("star98", "binomial", "probit", SM.Binomial(L.Probit()), {}),
+    ("star98", "binomial", "cloglog", SM.Binomial(L.CLogLog()), {}),
+    ("longley", "gaussian", "identity", SM.Gaussian(), {}),
+    ("longley", "gaussian", "log", SM.Gaussian(L.Log()), {}),
+]
+
+
+def statsmodels_fit(dataset, smfam, fit_kw, freq_weights=None):
+    X, y, w, off = _dataset(dataset)
+    exog = sm.add_constant(X, prepend=False)  # intercept last, like the model's flat order
+    endog = y if w is None else np.column_stack([y * w, w * (1 - y)])
+    kw = {} if off is None else {"offset": off}
+    if freq_weights is not None:
+        kw["freq_weights"] = freq_weights
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sm.GLM(endog, exog, family=smfam, **kw).fit(tol=1e-13, maxiter=200, **fit_kw)
+
+
+def _model_at(params, n_features, family, link, l2=0.0):
+    m = GeneralizedLinearModel(n_features, family, link, l2=l2)
+    set_flat_parameters(m, torch.tensor(np.asarray(params)))
+    return m
+
+
+def _compare(res: GLMResults, r, rel=1e-6):
+    np.testing.assert_allclose(res.params.numpy(), r.params, rtol=rel)
+    np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=rel)
+    np.testing.assert_allclose(res.pvalues.numpy(), r.pvalues, rtol=1e-5, atol=1e-300)
+    np.testing.assert_allclose(res.conf_int.numpy(), r.conf_int(), rtol=rel)
+    for k in ("llf", "llnull", "deviance", "null_deviance", "pearson_chi2", "aic", "bic", "scale",
+              "df_resid", "df_model"):
+        assert getattr(res, k) == pytest.approx(float(getattr(r, k)), rel=rel), k
+    assert res.nobs == r.model.wnobs  # the sum of frequency weights (rows, for the binomial)
+
+
+@pytest.mark.parametrize("dataset,family,link,smfam,fit_kw", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+def test_inference_matches_statsmodels_glm_at_its_estimate(dataset, family, link, smfam, fit_kw):
+    X, y, w, off = _dataset(dataset)
+    r = statsmodels_fit(dataset, smfam, fit_kw)
+    m = _model_at(r.params, X.shape[1], family, link)
+    # statsmodels' IRLS covariance is the expected information
+    res = glm_results(m, _t(X), _t(y), _t(w), _t(off), information="expected")
+    _compare(res, r)
+    assert res.unidentified == [] and res.diverging == []
+
+
+@pytest.mark.parametrize("model_cls,link", [(sm.Logit, "logit"), (sm.Probit, "probit")])
+def test_observed_information_matches_statsmodels_logit_probit(model_cls, link):
+    d = sm.datasets.spector.load_pandas()
+    X, y = d.exog.values, d.endog.values
+    r = model_cls(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
+    m = _model_at(r.params, X.shape[1], "bernoulli", link)
+    res = glm_results(m, _t(X), _t(y), information="observed")
+    np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
+    assert res.llf == pytest.approx(r.llf, rel=1e-10)
+    assert res.llnull == pytest.approx(r.llnull, rel=1e-10)
+    if link == "probit":  # non-canonical: observed and expected information differ
+        exp = glm_results(m, _t(X), _t(y), information="expected")
+        assert not np.allclose(exp.bse.numpy(), res.bse.numpy(), rtol=1e-3)
+
+
+def test_frequency_weights_match_statsmodels_freq_weights():
+    X, y, _, _ = _dataset("cpunish")
+    fw = np.arange(len(y)) % 3 + 1.0
+    r = statsmodels_fit("cpunish", SM.Poisson(), {}, freq_weights=fw)
+    m = _model_at(r.params, X.shape[1], "poisson", "log")
+    res = glm_results(m, _t(X), _t(y), _t(fw), information="expected")
+    _compare(res, r)
+    # ... and equal the inference on the duplicated rows
+    rep = np.repeat(np.arange(len(y)), fw.astype(int))
+    dup = glm_results(m, _t(X[rep]), _t(y[rep]), information="expected")
+    np.testing.assert_allclose(dup.bse.numpy(), res.bse.numpy(), rtol=1e-12)
+    for k in ("llf", "deviance", "aic", "bic", "df_resid"):
+        assert getattr(dup, k) == pytest.approx(getattr(res, k), rel=1e-12)
+
+
+def test_collinear_column_is_reported_unidentified():
+    X, y, _, _ = _dataset("cpunish")
+    r = statsmodels_fit("cpunish", SM.Poisson(), {})
+    X2 = np.column_stack([X, 2 * X[:, 1]])  # a copy of column 1, scaled
+    params = np.concatenate([r.params[:-1], [0.0], r.params[-1:]])
+    m = _model_at(params, X2.shape[1], "poisson", "log")
+    res = glm_results(m, _t(X2), _t(y), feature_names=[f"c{j}" for j in range(X2.shape[1])])
+    assert res.unidentified == ["c1", "c6"]
+    assert np.isnan(res.bse[1]) and np.isnan(res.bse[6])
+    # the estimable coefficients keep statsmodels' standard errors
+    keep = [0, 2, 3, 4, 5, 7]
+    np.testing.assert_allclose(res.bse.numpy()[keep], r.bse[[0, 2, 3, 4, 5, 6]], rtol=1e-6)
+    assert res.df_resid == pytest.approx(r.df_resid)  # rank 7, as without the copy
+    assert "not identified" in res.summary()
+
+
+def test_identifiability_ignores_column_scale():
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(50, 3, generator=g) * torch.tensor([1e6, 1.0, 1e-6])
+    rank, inv, loading = identifiability(X.T @ X)
+    assert rank == 3 and float(loading.max()) < 1e-12
+    assert torch.allclose(inv, torch.linalg.inv(X.T @ X), rtol=1e-8, atol=0)
+
+
+def test_penalized_fit_says_laplace_map_and_covariance_includes_prior():
+    X, y, _, _ = _dataset("cpunish")
+    r = statsmodels_fit("cpunish", SM.Poisson(), {})
+    m = _model_at(r.params, X.shape[1], "poisson", "log", l2=0.05)
+    res = glm_results(m, _t(X), _t(y))
+    assert "Laplace" in res.summary() and res.to_dict()["covariance"].startswith("Laplace")
+    # precision = information + n * l2 on the weights (not the intercept)
+    m0 = _model_at(r.params, X.shape[1], "poisson", "log")
+    res0 = glm_results(m0, _t(X), _t(y))
+    prec = torch.linalg.inv(res0.cov_params) + len(y) * 0.05 * torch.diag(torch.tensor([1.0] * 6 + [0.0]))
+    assert torch.allclose(res.cov_params, torch.linalg.inv(prec), rtol=1e-8)
+
+
+def test_to_dict_is_json_and_summary_lists_every_coefficient():
+    X, y, w, _ = _dataset("star98")
+    r = statsmodels_fit("star98", SM.Binomial(), {})
+    m = _model_at(r.params, X.shape[1], "binomial", "logit")
+    names = list(sm.datasets.star98.load_pandas().exog.columns)
+    res = glm_results(m, _t(X), _t(y), _t(w), feature_names=names)
+    d = json.loads(res.to_json())
+    assert set(d["coefficients"]) == set(names) | {"intercept"}
+    assert d["coefficients"]["LOWINC"]["std_err"] == pytest.approx(r.bse[0], rel=1e-6)
+    text = res.summary()
+    for n in names + ["intercept", "Deviance", "AIC", "BIC"]:
+        assert n in text
+
+
+def test_use_t_gives_student_t_intervals():
+    X, y, _, _ = _dataset("longley")
+    r = statsmodels_fit("longley", SM.Gaussian(), {"use_t": True})
+    m = _model_at(r.params, X.shape[1], "gaussian", "identity")
+    res = glm_results(m, _t(X), _t(y), use_t=True, information="expected")
+    np.testing.assert_allclose(res.pvalues.numpy(), r.pvalues, rtol=1e-6)
+    np.testing.assert_allclose(res.conf_int.numpy(), r.conf_int(), rtol=1e-6)
+
+
+def test_bad_arguments():
+    m = GeneralizedLinearModel(2, "poisson")
+    x, y = torch.zeros(3, 2), torch.ones(3)
+    with pytest.raises(InputError, match="information: expected 'observed' or 'expected'"):
+        glm_results(m, x, y, information="fisher")
+    with pytest.raises(InputError, match="x/batches: expected either x and y or batches"):
+        glm_results(m)
+    with pytest.raises(InputError, match="model: expected a single-output family"):
+        glm_results(GeneralizedLinearModel(2, "categorical", n_classes=3), x, torch.zeros(3))

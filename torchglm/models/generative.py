@@ -124,18 +124,23 @@ class GenerativeClassifier(nn.Module):
             raise fail("n_classes", "an integer >= 2", n_classes)
         self.n_features = n_features
         self.n_classes = n_classes
-        self.dtype = torch.get_default_dtype() if dtype is None else dtype
-        if not self.dtype.is_floating_point:
-            raise fail("dtype", "a floating-point dtype", self.dtype)
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        if not dtype.is_floating_point:
+            raise fail("dtype", "a floating-point dtype", dtype)
         self.fit_priors = priors is None
-        prior = (torch.full((n_classes,), 1.0 / n_classes, dtype=self.dtype)
-                 if priors is None else self._check_priors(priors))
-        self.register_buffer("class_count", torch.zeros(n_classes, dtype=self.dtype))
+        prior = (torch.full((n_classes,), 1.0 / n_classes, dtype=dtype)
+                 if priors is None else self._check_priors(priors, dtype))
+        self.register_buffer("class_count", torch.zeros(n_classes, dtype=dtype))
         self.register_buffer("log_prior", prior.log())
         self.register_buffer("_fitted", torch.zeros((), dtype=torch.bool))
 
-    def _check_priors(self, priors) -> torch.Tensor:
-        p = torch.as_tensor(priors, dtype=self.dtype).flatten()
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the fitted statistics (follows ``.to(dtype)``)."""
+        return self.log_prior.dtype
+
+    def _check_priors(self, priors, dtype: torch.dtype) -> torch.Tensor:
+        p = torch.as_tensor(priors, dtype=dtype).flatten()
         if p.shape != (self.n_classes,):
             raise fail("priors", f"{self.n_classes} class probabilities", f"shape {tuple(p.shape)}")
         if not bool(torch.isfinite(p).all()) or bool((p <= 0).any()):
@@ -181,6 +186,10 @@ class GenerativeClassifier(nn.Module):
     def is_fitted(self) -> bool:
         return bool(self._fitted)
 
+    def mark_fitted(self) -> None:
+        """Set the fitted flag (the closed-form fit sets it itself; the trainer calls this too)."""
+        self._fitted.fill_(True)
+
     def check_fitted(self) -> None:
         if not self.is_fitted:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit() first")
@@ -219,7 +228,7 @@ class GenerativeClassifier(nn.Module):
         posterior and ``family.nll(a, y)`` is ``-log p(C_y | x)``. No input checks
         (the trainer's hot path); the ``predict*`` methods validate.
         """
-        return self.joint_log_likelihood(x.to(self.dtype) if x.layout == torch.strided else x)
+        return self.joint_log_likelihood(x.to(self.dtype))
 
     def predict_log_proba(self, x: torch.Tensor) -> torch.Tensor:
         """``log p(C_k | x) = a_k - logsumexp_j a_j``, shape (n, K)."""
@@ -379,7 +388,7 @@ class GenerativeClassifier(nn.Module):
         self.class_count.copy_(class_count)
         if self.fit_priors:
             self.log_prior.copy_(class_count.log() - class_count.sum().log())
-        self._fitted.fill_(True)
+        self.mark_fitted()
 
     def extra_repr(self) -> str:
         return f"n_features={self.n_features}, n_classes={self.n_classes}, fit_priors={self.fit_priors}"

@@ -29,6 +29,7 @@ returns the equivalent logistic or softmax regression.
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import torch
@@ -103,8 +104,7 @@ class MultinomialNB(GenerativeClassifier):
         super().__init__(n_features, n_classes, priors, dtype)
         K, d = n_classes, n_features
         self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
-        self.register_buffer("log_theta", torch.full((K, d), -torch.log(torch.tensor(float(d))).item(),
-                                                     dtype=self.dtype))
+        self.register_buffer("log_theta", torch.full((K, d), -math.log(d), dtype=self.dtype))
         self.register_buffer("mean_length", torch.zeros(K, dtype=self.dtype))
 
     @property
@@ -184,8 +184,8 @@ class BernoulliNB(GenerativeClassifier):
         super().__init__(n_features, n_classes, priors, dtype)
         K, d = n_classes, n_features
         self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
-        self.register_buffer("log_p", torch.full((K, d), -0.6931471805599453, dtype=self.dtype))
-        self.register_buffer("log1m_p", torch.full((K, d), -0.6931471805599453, dtype=self.dtype))
+        self.register_buffer("log_p", torch.full((K, d), -math.log(2), dtype=self.dtype))
+        self.register_buffer("log1m_p", torch.full((K, d), -math.log(2), dtype=self.dtype))
 
     @property
     def n_parameters(self) -> int:

@@ -1,5 +1,20 @@
-"""Data: batches, files, built-in datasets and the Lightning data module."""
+"""Data: batches, files, built-in datasets and the Lightning data module.
+
+:class:`GLMDataModule` is imported lazily, so ``import torchglm`` does not pay
+for importing Lightning.
+"""
 
 from .batches import Batch, TensorBatches
+from .datasets import DATASETS, Dataset, load_dataset
+from .files import Table, read_table
 
-__all__ = ["Batch", "TensorBatches"]
+__all__ = ["Batch", "TensorBatches", "DATASETS", "Dataset", "load_dataset", "Table", "read_table",
+           "GLMDataModule"]
+
+
+def __getattr__(name):
+    if name == "GLMDataModule":
+        from .module import GLMDataModule
+
+        return GLMDataModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,269 @@
+"""The Lightning data module: source -> validated tensors -> split -> standardize -> batches.
+
+Batches are index slices of in-memory tensors (:class:`TensorBatches`); the
+dataloaders Lightning asks for are those re-iterable slices themselves, so an
+epoch costs one ``randperm`` and one gather per batch, never per-sample
+``__getitem__`` + collate (``bench/sgd_epoch.py`` measures the difference).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal, Sequence
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+
+from .._validation import check_finite, check_positive, fail
+from .batches import TensorBatches
+from .datasets import load_dataset
+from .files import read_table
+
+__all__ = ["GLMDataModule", "shard"]
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+def shard(n: int, rank: int, world_size: int) -> torch.Tensor:
+    """Row indices ``rank, rank + world_size, ...`` of ``n`` rows: disjoint shards whose
+    union is every row, so a sum over batches all-reduced across ranks is the full sum."""
+    return torch.arange(rank, n, world_size)
+
+
+class GLMDataModule(pl.LightningDataModule):
+    """Tabular data for torchglm models.
+
+    Args:
+        source: a built-in dataset name (:data:`torchglm.data.DATASETS`) or a
+            path to a ``.csv``/``.npz``/``.npy`` file.
+        target: the target column of a file (name; index for a plain ``.npy``).
+        features: feature columns to keep (default: all but the target).
+        task: ``"classification"`` or ``"regression"``; ``None`` takes it from the
+            built-in dataset, or from the model's family when the task builds it.
+        n_classes: declared number of classes; labels must lie in ``0..n_classes-1``.
+        val_fraction: fraction of rows held out for validation (0 < f < 1).
+        test_fraction: fraction of rows held out for testing (0 < f < 1).
+        split_seed: seed of the train/val/test permutation.
+        standardize: subtract the training split's column means and divide by its
+            standard deviations (constant columns are left unscaled).
+        batch_size: training rows per batch; ``None`` is one batch of all rows.
+        eval_batch_size: rows per validation/test/predict batch.
+        shuffle: reshuffle the training rows every epoch.
+        shuffle_seed: seed of the shuffling generator.
+        dtype: ``"float64"`` or ``"float32"``: the dtype of features (and of the model).
+        dataset_options: keyword arguments for a built-in dataset's loader.
+
+    Raises:
+        InputError: on a bad argument here, and from :meth:`setup` on a bad file,
+            NaN/inf, mismatched lengths or an empty split.
+
+    Example:
+        >>> dm = GLMDataModule("breast_cancer", batch_size=64)
+        >>> dm.setup("fit"); dm.n_features
+        30
+    """
+
+    def __init__(
+        self,
+        source: str,
+        target: str | int | None = None,
+        features: Sequence[str] | None = None,
+        task: Literal["classification", "regression"] | None = None,
+        n_classes: int | None = None,
+        val_fraction: float = 0.2,
+        test_fraction: float = 0.2,
+        split_seed: int = 0,
+        standardize: bool = True,
+        batch_size: int | None = 64,
+        eval_batch_size: int = 8192,
+        shuffle: bool = True,
+        shuffle_seed: int = 0,
+        dtype: Literal["float32", "float64"] = "float64",
+        dataset_options: dict[str, Any] | None = None,
+    ):
+        super().__init__()
+        if batch_size is not None:
+            check_positive("batch_size", batch_size)
+        check_positive("eval_batch_size", eval_batch_size)
+        for name, f in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+            if not 0 < f < 1:
+                raise fail(name, "a fraction strictly between 0 and 1", f)
+        if val_fraction + test_fraction >= 1:
+            raise fail("val_fraction + test_fraction", "less than 1 (rows must remain for training)",
+                       val_fraction + test_fraction)
+        if n_classes is not None and n_classes < 2:
+            raise fail("n_classes", "an integer >= 2", n_classes)
+        if dtype not in _DTYPES:
+            raise fail("dtype", f"one of {list(_DTYPES)}", repr(dtype))
+        self.source, self.target, self.features = source, target, features
+        self.task, self.n_classes = task, n_classes
+        self.val_fraction, self.test_fraction, self.split_seed = val_fraction, test_fraction, split_seed
+        self.standardize = standardize
+        self.batch_size, self.eval_batch_size = batch_size, eval_batch_size
+        self.shuffle, self.shuffle_seed = shuffle, shuffle_seed
+        self.dtype = _DTYPES[dtype]
+        self.dataset_options = dict(dataset_options or {})
+        self.feature_names: list[str] = []
+        self.feature_mean: torch.Tensor | None = None
+        self.feature_scale: torch.Tensor | None = None
+        self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._generator = torch.Generator().manual_seed(shuffle_seed)
+
+    # -- loading and validation -------------------------------------------------
+    def _read(self) -> tuple[np.ndarray, np.ndarray, str | None, int | None]:
+        if Path(self.source).suffix.lower() in (".csv", ".npz", ".npy") or Path(self.source).exists():
+            if self.dataset_options:
+                raise fail("dataset_options", "no options for a data file", self.dataset_options)
+            table = read_table(self.source, self.target, self.features)
+            self.feature_names = table.feature_names
+            return table.x, table.y, self.task, self.n_classes
+        if self.target is not None or self.features is not None:
+            raise fail("target/features", f"unset for the built-in dataset '{self.source}'",
+                       (self.target, self.features))
+        ds = load_dataset(self.source, **self.dataset_options)
+        self.feature_names = ds.feature_names
+        if self.task is not None and self.task != ds.task:
+            raise fail("task", f"'{ds.task}' for the built-in dataset '{self.source}'", repr(self.task))
+        return ds.x, ds.y, ds.task, self.n_classes if self.n_classes is not None else ds.n_classes
+
+    def setup(self, stage: str | None = None) -> None:
+        """Read, validate, split and standardize the data (once; later calls are no-ops).
+
+        Raises:
+            InputError: non-finite features or targets, mismatched lengths, an empty split.
+        """
+        if self._splits:
+            return
+        x_np, y_np, self.task, self.n_classes = self._read()
+        x = torch.as_tensor(x_np, dtype=torch.float64)
+        y = torch.as_tensor(np.asarray(y_np, dtype=np.float64))
+        if x.dim() != 2 or x.shape[0] != y.shape[0]:
+            raise fail("X/y", "the same number of samples", f"X={x.shape[0]}, y={y.shape[0]}")
+        check_finite("X", x)
+        check_finite("y", y)
+        n = x.shape[0]
+        n_val, n_test = round(self.val_fraction * n), round(self.test_fraction * n)
+        n_train = n - n_val - n_test
+        if min(n_val, n_test, n_train) < 1:
+            raise fail("data", "at least one row in each of train/val/test", f"{n} rows in total")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+        parts = {"train": perm[:n_train], "val": perm[n_train:n_train + n_val], "test": perm[n_train + n_val:]}
+        if self.standardize:
+            xt = x[parts["train"]]
+            mean, std = xt.mean(0), xt.std(0, unbiased=False)
+            # A constant training column carries no information; leave it unscaled
+            # instead of dividing by zero.
+            scale = torch.where(std > 0, std, torch.ones_like(std))
+        else:
+            mean, scale = torch.zeros(x.shape[1], dtype=torch.float64), torch.ones(x.shape[1], dtype=torch.float64)
+        self.feature_mean, self.feature_scale = mean, scale
+        z = ((x - mean) / scale).to(self.dtype)
+        self._splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
+        if self.task == "classification" or self.n_classes is not None:
+            self.check_labels(self.n_classes)
+        elif self.task == "regression":
+            self.check_regression()
+
+    def check_labels(self, n_classes: int | None) -> None:
+        """Check class labels against the declared number of classes and turn them into
+        int64: every label in ``0..n_classes-1`` and at least two classes in training.
+
+        Raises:
+            InputError: non-integer labels, a label outside the declared classes,
+                or a training split holding a single class.
+        """
+        self._require_setup()
+        if n_classes is None:
+            n_classes = int(max(float(y.max()) for _, y in self._splits.values())) + 1
+        if self.n_classes is not None and n_classes != self.n_classes:
+            raise fail("n_classes", f"{self.n_classes} (declared for the data)", f"{n_classes} (the model's)")
+        for split, (_, y) in self._splits.items():
+            if y.is_floating_point() and not bool((y == torch.round(y)).all()):
+                raise fail(f"y ({split} split)", "integer class labels", "non-integer values")
+            bad = (y < 0) | (y >= n_classes)
+            if bool(bad.any()):
+                raise fail(f"y ({split} split)", f"labels in the declared classes {{0, ..., {n_classes - 1}}}",
+                           f"label {int(y[bad][0])}")
+        present = torch.unique(self._splits["train"][1])
+        if present.numel() < 2:
+            raise fail("y (train split)", "at least two classes", f"a single class {int(present[0])}")
+        self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
+        self.task, self.n_classes = "classification", n_classes
+
+    def check_regression(self) -> None:
+        """Declare the targets real-valued (float, in the features' dtype).
+
+        Raises:
+            InputError: the data were declared a classification task.
+        """
+        self._require_setup()
+        if self.task == "classification":
+            raise fail("task", "'regression' for a regression family", "'classification' data")
+        self._splits = {k: (x, y.to(self.dtype)) for k, (x, y) in self._splits.items()}
+        self.task = "regression"
+
+    def _require_setup(self) -> None:
+        if not self._splits:
+            raise RuntimeError("GLMDataModule.setup() must run first")
+
+    # -- tensors and batches ------------------------------------------------------
+    @property
+    def n_features(self) -> int:
+        self._require_setup()
+        return int(self._splits["train"][0].shape[1])
+
+    def split(self, name: Literal["train", "val", "test"]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``(x, y)`` tensors of one split (standardized features)."""
+        self._require_setup()
+        return self._splits[name]
+
+    def transform(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the training split's standardization to raw features."""
+        self._require_setup()
+        return ((x.to(torch.float64) - self.feature_mean) / self.feature_scale).to(self.dtype)
+
+    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
+        x, y = self.split(name)
+        trainer = self.trainer
+        if trainer is not None and trainer.world_size > 1:
+            idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
+            x, y = x[idx], y[idx]
+        return TensorBatches(x, y, batch_size=batch_size, shuffle=shuffle,
+                             generator=self._generator if shuffle else None)
+
+    def train_batches(self, batch_size: int | None = None, shuffle: bool | None = None) -> TensorBatches:
+        """Re-iterable training batches (for pass-based fitters and callbacks).
+
+        Defaults: ``batch_size`` and ``shuffle`` of this module."""
+        return self._batches("train", self.batch_size if batch_size is None else batch_size,
+                             self.shuffle if shuffle is None else shuffle)
+
+    def val_batches(self) -> TensorBatches:
+        return self._batches("val", self.eval_batch_size, False)
+
+    def test_batches(self) -> TensorBatches:
+        return self._batches("test", self.eval_batch_size, False)
+
+    def train_dataloader(self) -> TensorBatches:
+        return self.train_batches()
+
+    def val_dataloader(self) -> TensorBatches:
+        return self.val_batches()
+
+    def test_dataloader(self) -> TensorBatches:
+        return self.test_batches()
+
+    def predict_dataloader(self) -> TensorBatches:
+        return self.test_batches()
+
+    def summary(self) -> dict[str, Any]:
+        """Sizes and settings, for logs and ``metrics.json``."""
+        self._require_setup()
+        return {
+            "source": self.source,
+            "task": self.task,
+            "n_classes": self.n_classes,
+            "n_features": self.n_features,
+            **{f"n_{k}": int(v[0].shape[0]) for k, v in self._splits.items()},
+        }

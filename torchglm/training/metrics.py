@@ -1,0 +1,83 @@
+"""Evaluation metrics from torchmetrics, chosen by the model's family.
+
+Classifiers: accuracy, AUROC, mean NLL (log loss) and expected calibration
+error (binary or multiclass). Regression families: MSE, MAE, R^2, mean NLL
+and, when the family defines ``unit_deviance(y, mu)``, the mean deviance.
+``loss`` is the mean NLL (no penalty): the held-out loss early stopping watches.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchmetrics import MeanAbsoluteError, MeanMetric, MeanSquaredError, Metric, R2Score
+from torchmetrics.classification import (
+    BinaryAccuracy,
+    BinaryAUROC,
+    BinaryCalibrationError,
+    MulticlassAccuracy,
+    MulticlassAUROC,
+    MulticlassCalibrationError,
+)
+
+__all__ = ["GLMMetrics"]
+
+
+class GLMMetrics(nn.Module):
+    """Metrics of a model's predictions for one split (``train``, ``val``, ``test``).
+
+    Args:
+        family: the model's family (gives ``mean`` and ``nll``; ``is_classifier``,
+            ``multi_output`` pick the metrics).
+        n_classes: number of classes for classifiers.
+        ece_bins: number of equal-width bins of the calibration error.
+
+    Example:
+        >>> m = GLMMetrics(model.family, 2)          # doctest: +SKIP
+        >>> m.update(model(x), y); m.compute()["accuracy"]   # doctest: +SKIP
+    """
+
+    def __init__(self, family, n_classes: int | None = None, ece_bins: int = 15):
+        super().__init__()
+        self.family = family
+        self.nll = MeanMetric()
+        self.deviance = MeanMetric() if hasattr(family, "unit_deviance") else None
+        self.on_mu = nn.ModuleDict()
+        if family.is_classifier and family.multi_output:
+            k = int(n_classes)
+            self.on_mu.update({
+                "accuracy": MulticlassAccuracy(k, average="micro", validate_args=False),
+                "auroc": MulticlassAUROC(k, validate_args=False),
+                "ece": MulticlassCalibrationError(k, n_bins=ece_bins, validate_args=False),
+            })
+        elif family.is_classifier:
+            self.on_mu.update({
+                "accuracy": BinaryAccuracy(validate_args=False),
+                "auroc": BinaryAUROC(validate_args=False),
+                "ece": BinaryCalibrationError(n_bins=ece_bins, validate_args=False),
+            })
+        else:
+            self.on_mu.update({"mse": MeanSquaredError(), "mae": MeanAbsoluteError(), "r2": R2Score()})
+
+    @torch.no_grad()
+    def update(self, eta: torch.Tensor, y: torch.Tensor) -> None:
+        """Add a batch of linear predictors ``eta`` and targets ``y``."""
+        mu = self.family.mean(eta)
+        self.nll.update(self.family.nll(eta, y))
+        if self.deviance is not None:
+            self.deviance.update(self.family.unit_deviance(y, mu))
+        for metric in self.on_mu.values():
+            metric.update(mu, y)
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """Metric name -> value; ``loss`` and ``nll`` are both the mean NLL."""
+        out = {"loss": self.nll.compute(), "nll": self.nll.compute()}
+        if self.deviance is not None:
+            out["deviance"] = self.deviance.compute()
+        out.update({name: metric.compute() for name, metric in self.on_mu.items()})
+        return out
+
+    def reset(self) -> None:
+        for m in self.modules():
+            if isinstance(m, Metric):
+                m.reset()

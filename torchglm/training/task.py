@@ -1,0 +1,308 @@
+"""One thin LightningModule for every torchglm model.
+
+The task holds no math. It builds the model once the data are known
+(``n_features`` comes from the data, after the optional basis map), then:
+
+* ``solver="sgd"``: automatic optimization of ``model.objective(x, y)`` with any
+  torch optimizer (closure-based ones such as LBFGS included) and an optional
+  LR scheduler;
+* any other solver (``newton``, ``irls``, ``gd``, ``lbfgs``, ``closed_form``, ...):
+  manual optimization driving ``fitter = model.make_fitter(solver, **solver_options)``
+  (:class:`torchglm.solvers.base.Fitter`): one epoch is one pass,
+  ``start_pass`` -> ``accumulate(batch)`` per batch -> ``end_pass`` on the last
+  batch (so validation sees the stepped parameters); the trainer stops when the
+  fitter is done.
+
+Preprocessing travels with the checkpoint: the training split's standardization
+(``feature_mean``, ``feature_scale`` buffers) and the basis ``phi``, so
+:meth:`GLMTask.predict_proba` takes raw features.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from torch import nn
+from torch.optim.lr_scheduler import ReduceLROnPlateau
+
+from .._validation import check_positive, fail
+from ..data.batches import Batch
+from ..solvers.base import FitResult
+from .metrics import GLMMetrics
+
+__all__ = ["GLMTask"]
+
+_CALLABLE_ARGS = ("model", "optimizer", "lr_scheduler", "basis")
+
+
+class GLMTask(pl.LightningModule):
+    """Fit a torchglm model under a Lightning ``Trainer``.
+
+    Args:
+        model: ``n_features -> nn.Module``, e.g. ``functools.partial(SoftmaxRegression,
+            n_classes=3)`` or, in a config, ``class_path`` + ``init_args`` without
+            ``n_features``. The module needs ``forward(x) -> eta``, ``family``,
+            ``n_classes``, ``objective(x, y, weight, offset)`` (for ``sgd``),
+            ``make_fitter(solver, **options)`` (other solvers) and ``mark_fitted()``.
+        solver: ``"sgd"`` for mini-batch optimization with ``optimizer``; anything
+            else is passed to ``model.make_fitter``.
+        optimizer: ``params -> torch.optim.Optimizer`` (``sgd`` only).
+        lr_scheduler: ``optimizer -> scheduler``; ``ReduceLROnPlateau`` watches ``val/loss``.
+        solver_options: keyword arguments of ``model.make_fitter``.
+        basis: optional fixed feature map ``phi`` (an ``nn.Module`` (n, d) -> (n, m)).
+            If it has ``fit(x)``, it is called once with the standardized training
+            features before the model is built; it is saved in the checkpoint and
+            applied in :meth:`predict_proba`.
+        train_metrics: evaluate the metrics on the whole training split after every
+            epoch (one extra forward pass); otherwise only the epoch's mean
+            mini-batch loss is logged for training.
+        ece_bins: bins of the expected calibration error.
+
+    Attributes:
+        fit_result: the :class:`~torchglm.solvers.base.FitResult` of the last fit
+            (the fitter's own, or for ``sgd`` one with the per-epoch mean loss).
+
+    Example:
+        >>> task = GLMTask(partial(LogisticRegression, l2=1e-3), solver="sgd",
+        ...                optimizer=partial(torch.optim.Adam, lr=0.05))   # doctest: +SKIP
+        >>> pl.Trainer(max_epochs=20).fit(task, datamodule=GLMDataModule("breast_cancer"))  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        model: Callable[[int], nn.Module],
+        solver: str = "sgd",
+        optimizer: OptimizerCallable = torch.optim.Adam,
+        lr_scheduler: LRSchedulerCallable | None = None,
+        solver_options: dict[str, Any] | None = None,
+        basis: nn.Module | None = None,
+        train_metrics: bool = True,
+        ece_bins: int = 15,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        # Config values (dicts) let load_from_checkpoint rebuild the task; Python
+        # objects (partials, modules) do not serialize: pass them to load_from_checkpoint.
+        objects = [k for k in _CALLABLE_ARGS if not isinstance(self.hparams.get(k), (dict, str, type(None)))]
+        if objects:
+            self.save_hyperparameters(ignore=objects)
+        self.model_factory = model
+        self.solver = solver
+        self.optimizer_factory = optimizer
+        self.lr_scheduler_factory = lr_scheduler
+        self.solver_options = dict(solver_options or {})
+        self.basis = basis
+        self.train_metrics_enabled = train_metrics
+        self.ece_bins = ece_bins
+        self.automatic_optimization = solver == "sgd"
+        self.model: nn.Module | None = None
+        self.fitter = None
+        self.fit_result: FitResult | None = None
+        self.feature_names: list[str] = []
+        self._loss_sum: torch.Tensor | None = None
+        self._n_steps = 0
+        self._history: list[dict[str, float]] = []
+
+    # -- building ---------------------------------------------------------------
+    def build(self, datamodule) -> None:
+        """Fit the basis, build the model and check the data against it (once).
+
+        Raises:
+            InputError: labels outside the model's classes, a single training class,
+                a family that does not match the data's task, or invalid optimizer
+                arguments (e.g. a non-positive learning rate).
+        """
+        if self.model is not None:
+            return
+        datamodule.setup("fit")
+        x_train, _ = datamodule.split("train")
+        self._add_preprocessing(datamodule.feature_mean, datamodule.feature_scale, datamodule.feature_names)
+        if self.basis is not None:
+            if hasattr(self.basis, "fit"):
+                self.basis.fit(x_train)
+            self.basis.to(x_train.dtype)
+        n_features = int(self._phi(x_train[:1]).shape[-1])
+        model = self.model_factory(n_features).to(x_train.dtype)
+        if model.family.is_classifier:
+            datamodule.check_labels(model.n_classes)
+        else:
+            datamodule.check_regression()
+        self.model = model
+        self._make_metrics()
+        if self.automatic_optimization:
+            self._check_optimizer()
+
+    def _add_preprocessing(self, mean: torch.Tensor, scale: torch.Tensor, names: list[str]) -> None:
+        self.register_buffer("feature_mean", mean.clone())
+        self.register_buffer("feature_scale", scale.clone())
+        self.feature_names = list(names)
+
+    def _make_metrics(self) -> None:
+        family, k = self.model.family, getattr(self.model, "n_classes", None)
+        # ModuleDict keys must not shadow nn.Module attributes ("train").
+        self.metrics = nn.ModuleDict({f"{s}_split": GLMMetrics(family, k, self.ece_bins)
+                                      for s in ("train", "val", "test")})
+        self.metrics.to(self.feature_mean.device)
+
+    def _check_optimizer(self) -> None:
+        try:
+            opt = self.optimizer_factory(self.model.parameters())
+        except (ValueError, TypeError) as err:
+            raise fail("optimizer", "valid optimizer arguments", str(err)) from None
+        if "lr" in opt.defaults:
+            lr = opt.defaults["lr"]
+            check_positive("optimizer lr", float(lr) if not torch.is_tensor(lr) else float(lr))
+
+    def configure_model(self) -> None:
+        if self.model is None and self._trainer is not None and self.trainer.datamodule is not None:
+            self.build(self.trainer.datamodule)
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["torchglm"] = {
+            "n_features_in": int(self.feature_mean.shape[0]),
+            "n_features": int(self.model.n_features) if hasattr(self.model, "n_features") else None,
+            "feature_names": self.feature_names,
+            "dtype": str(self.feature_mean.dtype).removeprefix("torch."),
+        }
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.model is not None:
+            return
+        meta = checkpoint["torchglm"]
+        d = meta["n_features_in"]
+        dtype = getattr(torch, meta["dtype"])
+        self._add_preprocessing(torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64),
+                                meta["feature_names"])
+        if self.basis is not None:
+            # Fitted basis buffers (centers, widths) are restored by load_state_dict.
+            self.basis.to(dtype)
+        self.model = self.model_factory(meta["n_features"]).to(dtype)
+        self._make_metrics()
+
+    # -- prediction ---------------------------------------------------------------
+    def _phi(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.basis is None else self.basis(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``eta`` for standardized features ``x`` (what the data module's batches hold)."""
+        return self.model(self._phi(x))
+
+    def standardize(self, x: torch.Tensor) -> torch.Tensor:
+        """Apply the training split's standardization to raw features."""
+        z = (x.to(self.feature_mean) - self.feature_mean) / self.feature_scale
+        return z.to(next(self.model.parameters()).dtype)
+
+    @torch.no_grad()
+    def predict_proba(self, x_raw: torch.Tensor) -> torch.Tensor:
+        """``mu`` for raw (unstandardized) features: probabilities for classifiers."""
+        return self.model.predict_proba(self._phi(self.standardize(x_raw)))
+
+    @torch.no_grad()
+    def predict(self, x_raw: torch.Tensor) -> torch.Tensor:
+        """Labels (classifiers) or the mean (regression) for raw features."""
+        return self.model.predict(self._phi(self.standardize(x_raw)))
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        return self.model.predict_proba(self._phi(batch.x))
+
+    # -- training -----------------------------------------------------------------
+    def configure_optimizers(self):
+        if not self.automatic_optimization:
+            return None
+        opt = self.optimizer_factory(self.parameters())
+        if self.lr_scheduler_factory is None:
+            return opt
+        sched = self.lr_scheduler_factory(opt)
+        if isinstance(sched, ReduceLROnPlateau):
+            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val/loss"}}
+        return {"optimizer": opt, "lr_scheduler": sched}
+
+    def on_train_epoch_start(self) -> None:
+        self._loss_sum = torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device)
+        self._n_steps = 0
+        if not self.automatic_optimization:
+            if self.fitter is None:
+                self.fitter = self.model.make_fitter(self.solver, **self.solver_options)
+            self.fitter.start_pass()
+
+    def training_step(self, batch: Batch, batch_idx: int):
+        x = self._phi(batch.x)
+        if not self.automatic_optimization:
+            self.fitter.accumulate(Batch(x, batch.y, batch.weight, batch.offset))
+            return None
+        loss = self.model.objective(x, batch.y, batch.weight, batch.offset)
+        self._loss_sum += loss.detach()
+        self._n_steps += 1
+        # Log the step loss only at the logger's interval: a self.log call per step
+        # is most of Lightning's per-step overhead (bench/sgd_epoch.py).
+        if self.global_step % self.trainer.log_every_n_steps == 0:
+            self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
+        return loss
+
+    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
+        if self.automatic_optimization or batch_idx != self.trainer.num_training_batches - 1:
+            return
+        done = self.fitter.end_pass()
+        self.fit_result = self.fitter.result
+        if self.fit_result.history:
+            last = self.fit_result.history[-1]
+            self.log_dict({f"fit/{k}": float(v) for k, v in last.items() if _is_number(v)})
+        if done:
+            self.trainer.should_stop = True
+
+    def on_train_epoch_end(self) -> None:
+        if self.automatic_optimization:
+            loss = self._loss_sum / max(self._n_steps, 1)
+            self.log("train/epoch_loss", loss)
+            self._history.append({"loss": float(loss)})
+        if self.train_metrics_enabled:
+            self.log_dict(self.evaluate(self.trainer.datamodule.train_batches(
+                batch_size=self.trainer.datamodule.eval_batch_size, shuffle=False), "train"))
+
+    def on_train_end(self) -> None:
+        self.model.mark_fitted()
+        if self.automatic_optimization:
+            self.fit_result = FitResult(
+                solver=f"sgd ({type(self.trainer.optimizers[0]).__name__})",
+                converged=False,
+                n_iter=len(self._history),
+                history=self._history,
+                message="mini-batch optimization: stopped by the trainer (max_epochs or early stopping)",
+            )
+
+    # -- evaluation -----------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self, batches: Iterable[Batch], split: str = "train") -> dict[str, float]:
+        """Metrics of the current model over ``batches`` (standardized features), as
+        ``{"<split>/<metric>": value}``; uses the split's metric objects."""
+        metrics = self.metrics[f"{split}_split"]
+        metrics.reset()
+        for batch in batches:
+            metrics.update(self(batch.x.to(self.device)), batch.y.to(self.device))
+        out = {f"{split}/{k}": float(v) for k, v in metrics.compute().items()}
+        metrics.reset()
+        return out
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self.metrics["val_split"].update(self(batch.x), batch.y)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_split("val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self.metrics["test_split"].update(self(batch.x), batch.y)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_split("test")
+
+    def _log_split(self, split: str) -> None:
+        values = self.metrics[f"{split}_split"].compute()
+        self.log_dict({f"{split}/{k}": v for k, v in values.items()})
+        self.metrics[f"{split}_split"].reset()
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) or (torch.is_tensor(v) and v.numel() == 1)

@@ -44,12 +44,13 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
     boundaries. Two regularizers make a singular covariance usable, applied in
     this order to each class's ``S_k`` (equivalently to the pooled ``Sigma``)::
 
-        Sigma <- (1 - shrinkage) Sigma + shrinkage * diag(Sigma)
+        Sigma <- (1 - shrinkage) Sigma + shrinkage * (trace(Sigma) / d) I
         Sigma <- (1 - reg) Sigma + reg * I
 
-    ``shrinkage`` is scikit-learn's ``LinearDiscriminantAnalysis(shrinkage=float)``
-    (shrinking the correlation matrix towards I), ``reg`` is
-    ``QuadraticDiscriminantAnalysis(reg_param=...)``. A covariance that is still
+    ``shrinkage`` is scikit-learn's ``shrinkage=float`` of
+    ``LinearDiscriminantAnalysis`` (lsqr/eigen) and ``QuadraticDiscriminantAnalysis``
+    (eigen), i.e. ``sklearn.covariance.shrunk_covariance``: towards the identity
+    scaled by the mean variance. ``reg`` is ``QuadraticDiscriminantAnalysis(reg_param=...)``. A covariance that is still
     not positive definite (fewer samples than features in a class, a constant
     feature) gets ``eps * mean(diag) * I`` added with the smallest
     ``eps in {1e-10, ..., 1e-1}`` that works, and a :class:`NumericalWarning`.
@@ -58,7 +59,7 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         n_features: number of features ``d``.
         n_classes: number of classes ``K``.
         covariance: ``"shared"`` (LDA) or ``"per_class"`` (QDA).
-        shrinkage: in [0, 1], shrinkage towards the diagonal.
+        shrinkage: in [0, 1], shrinkage towards the mean variance times I.
         reg: in [0, 1], shrinkage towards the identity.
         priors: fixed class priors, or ``None`` to fit ``pi_k = n_k / n``.
         dtype: dtype of the fitted statistics.
@@ -132,7 +133,8 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         cov = 0.5 * (cov + cov.transpose(-1, -2))
         eye = torch.eye(self.n_features, dtype=cov.dtype, device=cov.device)
         if self.shrinkage:
-            cov = (1 - self.shrinkage) * cov + self.shrinkage * torch.diag_embed(cov.diagonal(dim1=-2, dim2=-1))
+            mean_var = cov.diagonal(dim1=-2, dim2=-1).mean(-1)[..., None, None]
+            cov = (1 - self.shrinkage) * cov + self.shrinkage * mean_var * eye
         if self.reg:
             cov = (1 - self.reg) * cov + self.reg * eye
         cov, L, log_det, eps = log_det_and_factor(cov, "covariance")

@@ -1,0 +1,138 @@
+"""Batches read from disk a chunk at a time: data larger than memory.
+
+Each class is a re-iterable of :class:`~torchglm.data.batches.Batch`; every pass
+re-reads the file chunk by chunk, so peak memory is one chunk, whatever the file
+size. They plug into the same pass-based fitters as in-memory data
+(``run_passes(model.make_fitter(...), batches, max_passes)``), and into several
+processes: with ``torch.distributed`` initialized each process reads only its
+contiguous shard of the rows (:func:`torchglm.distributed.shard_range`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from .._validation import check_finite, check_positive, fail
+from ..distributed import shard_range
+from .batches import Batch
+
+__all__ = ["NpyBatches", "ParquetBatches", "CSVBatches"]
+
+
+def _existing(path: str | Path, what: str) -> Path:
+    p = Path(path)
+    if not p.is_file():
+        raise fail(what, "an existing file", str(p))
+    return p
+
+
+def _to_batch(x: np.ndarray, y: np.ndarray, dtype: torch.dtype, device, classification: bool) -> Batch:
+    # np.array copies: a batch never aliases the read-only memory map.
+    xt = torch.from_numpy(np.array(x, dtype=np.float64)).to(device=device, dtype=dtype)
+    yt = torch.from_numpy(np.array(y)).to(device)
+    yt = yt.long() if classification else yt.to(dtype)
+    check_finite("X", xt)
+    return Batch(xt, yt)
+
+
+class NpyBatches:
+    """Batches from memory-mapped ``.npy`` files (``np.load(mmap_mode="r")``).
+
+    Args:
+        x_path: ``.npy`` file of shape (n_samples, n_features).
+        y_path: ``.npy`` file of shape (n_samples,).
+        batch_size: rows read per batch.
+        dtype: dtype of the feature tensors.
+        classification: targets become ``long`` labels (else ``dtype``).
+        device: where batches are placed.
+        shard: read only this process's rows when ``torch.distributed`` is initialized.
+    """
+
+    def __init__(self, x_path, y_path, batch_size: int = 65536, dtype=torch.float64,
+                 classification: bool = True, device="cpu", shard: bool = True):
+        check_positive("batch_size", batch_size)
+        self.x = np.load(_existing(x_path, "x_path"), mmap_mode="r")
+        self.y = np.load(_existing(y_path, "y_path"), mmap_mode="r")
+        if self.x.ndim != 2:
+            raise fail("x_path", "a 2-D array (n_samples, n_features)", f"shape {self.x.shape}")
+        if self.y.shape != (self.x.shape[0],):
+            raise fail("y_path", f"a 1-D array of length {self.x.shape[0]}", f"shape {self.y.shape}")
+        self.batch_size, self.dtype, self.device = int(batch_size), dtype, device
+        self.classification = classification
+        self.start, self.stop = shard_range(self.x.shape[0]) if shard else (0, self.x.shape[0])
+
+    @property
+    def n_features(self) -> int:
+        return int(self.x.shape[1])
+
+    def __len__(self) -> int:
+        return -(-(self.stop - self.start) // self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        for i in range(self.start, self.stop, self.batch_size):
+            j = min(i + self.batch_size, self.stop)
+            yield _to_batch(self.x[i:j], self.y[i:j], self.dtype, self.device, self.classification)
+
+
+class _TableBatches:
+    """Shared logic of row-chunked table files with a named target column."""
+
+    def __init__(self, path, target: str, batch_size: int, dtype, classification: bool, device, shard: bool):
+        check_positive("batch_size", batch_size)
+        self.path = _existing(path, "path")
+        self.target, self.batch_size = target, int(batch_size)
+        self.dtype, self.classification, self.device, self.shard = dtype, classification, device, shard
+
+    def _frames(self):
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Batch]:
+        # A chunk's rows are kept when they fall in this process's shard of the
+        # row count; chunks are read in order, so shards partition the file.
+        start, stop = shard_range(self.n_rows) if self.shard else (0, self.n_rows)
+        offset = 0
+        for frame in self._frames():
+            lo, hi = max(start - offset, 0), min(stop - offset, len(frame))
+            offset += len(frame)
+            if lo >= hi:
+                continue
+            part = frame.iloc[lo:hi]
+            if self.target not in part.columns:
+                raise fail("target", f"a column of {self.path.name} ({list(part.columns)})", repr(self.target))
+            x = part.drop(columns=[self.target]).to_numpy(dtype=np.float64)
+            yield _to_batch(x, part[self.target].to_numpy(), self.dtype, self.device, self.classification)
+
+
+class ParquetBatches(_TableBatches):
+    """Batches from a Parquet file, read ``batch_size`` rows at a time with pyarrow."""
+
+    def __init__(self, path, target: str, batch_size: int = 65536, dtype=torch.float64,
+                 classification: bool = True, device="cpu", shard: bool = True):
+        super().__init__(path, target, batch_size, dtype, classification, device, shard)
+        import pyarrow.parquet as pq
+
+        self._file = pq.ParquetFile(self.path)
+        self.n_rows = self._file.metadata.num_rows
+
+    def _frames(self):
+        for rb in self._file.iter_batches(batch_size=self.batch_size):
+            yield rb.to_pandas()
+
+
+class CSVBatches(_TableBatches):
+    """Batches from a CSV file with a header row, read in chunks with pandas."""
+
+    def __init__(self, path, target: str, batch_size: int = 65536, dtype=torch.float64,
+                 classification: bool = True, device="cpu", shard: bool = True):
+        super().__init__(path, target, batch_size, dtype, classification, device, shard)
+        with open(self.path, "rb") as f:
+            self.n_rows = max(sum(1 for _ in f) - 1, 0)
+
+    def _frames(self):
+        import pandas as pd
+
+        yield from pd.read_csv(self.path, chunksize=self.batch_size)

@@ -174,6 +174,8 @@ class GLMDataModule(pl.LightningDataModule):
                 or a training split holding a single class.
         """
         self._require_setup()
+        if self.task == "regression":
+            raise fail("task", "'classification' for a classifier", "'regression' data")
         if n_classes is None:
             n_classes = int(max(float(y.max()) for _, y in self._splits.values())) + 1
         if self.n_classes is not None and n_classes != self.n_classes:
@@ -183,7 +185,8 @@ class GLMDataModule(pl.LightningDataModule):
                 raise fail(f"y ({split} split)", "integer class labels", "non-integer values")
             bad = (y < 0) | (y >= n_classes)
             if bool(bad.any()):
-                raise fail(f"y ({split} split)", f"labels in the declared classes {{0, ..., {n_classes - 1}}}",
+                classes = ", ".join(map(str, range(n_classes))) if n_classes <= 4 else f"0, ..., {n_classes - 1}"
+                raise fail(f"y ({split} split)", f"labels in the declared classes {{{classes}}}",
                            f"label {int(y[bad][0])}")
         present = torch.unique(self._splits["train"][1])
         if present.numel() < 2:

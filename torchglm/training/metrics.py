@@ -2,7 +2,9 @@
 
 Classifiers: accuracy, AUROC, mean NLL (log loss) and expected calibration
 error (binary or multiclass). Regression families: MSE, MAE, R^2, mean NLL
-and, when the family defines ``unit_deviance(y, mu)``, the mean deviance.
+and, when the family defines ``saturated_nll(y)``, the mean unit deviance
+``2 (nll(eta, y) - saturated_nll(y))`` (classifiers get it too: their saturated
+NLL is 0, so it is twice the NLL).
 ``loss`` is the mean NLL (no penalty): the held-out loss early stopping watches.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+
+from ..families import Family
 from torchmetrics import MeanAbsoluteError, MeanMetric, MeanSquaredError, Metric, R2Score
 from torchmetrics.classification import (
     BinaryAccuracy,
@@ -40,8 +44,10 @@ class GLMMetrics(nn.Module):
     def __init__(self, family, n_classes: int | None = None, ece_bins: int = 15):
         super().__init__()
         self.family = family
-        self.nll = MeanMetric()
-        self.deviance = MeanMetric() if hasattr(family, "unit_deviance") else None
+        # NaN propagates (a diverged fit must show as NaN, not be silently dropped).
+        self.nll = MeanMetric(nan_strategy="disable")
+        has_saturated = type(family).saturated_nll is not Family.saturated_nll
+        self.deviance = MeanMetric(nan_strategy="disable") if has_saturated else None
         self.on_mu = nn.ModuleDict()
         if family.is_classifier and family.multi_output:
             k = int(n_classes)
@@ -65,7 +71,9 @@ class GLMMetrics(nn.Module):
         mu = self.family.mean(eta)
         self.nll.update(self.family.nll(eta, y))
         if self.deviance is not None:
-            self.deviance.update(self.family.unit_deviance(y, mu))
+            # d(y, mu) = 2 (nll(eta, y) - nll_saturated(y)) at phi = 1: the family's
+            # unit deviance, computed on the eta scale so that |eta| >> 1 stays finite.
+            self.deviance.update(2 * (self.family.nll(eta, y) - self.family.saturated_nll(y)))
         for metric in self.on_mu.values():
             metric.update(mu, y)
 

@@ -26,11 +26,24 @@ class Batch(NamedTuple):
     offset: torch.Tensor | None = None
 
 
+def _csr_rows(t: torch.Tensor, idx) -> torch.Tensor:
+    """Rows of a CSR matrix: a contiguous span by offset arithmetic (no copy of other
+    rows), an index tensor through a COO gather; the result stays CSR."""
+    if isinstance(idx, torch.Tensor):
+        return torch.index_select(t.to_sparse_coo(), 0, idx).to_sparse_csr()
+    i, j = idx
+    crow = t.crow_indices()
+    lo, hi = crow[i], crow[j]
+    return torch.sparse_csr_tensor(crow[i:j + 1] - lo, t.col_indices()[lo:hi], t.values()[lo:hi],
+                                   size=(j - i, t.shape[1]))
+
+
 class TensorBatches:
     """Re-iterable batches over in-memory tensors.
 
     Args:
-        x: features (n, d).
+        x: features (n, d), dense or sparse (COO or CSR: bag-of-words counts are
+            sliced without densifying).
         y: targets (n,).
         weight: optional sample weights (n,).
         offset: optional offsets (n,).
@@ -57,6 +70,11 @@ class TensorBatches:
     def _take(self, t, idx):
         if t is None:
             return None
+        if t.layout == torch.sparse_csr:
+            return _csr_rows(t, idx)
+        if t.layout == torch.sparse_coo:
+            rows = idx if isinstance(idx, torch.Tensor) else torch.arange(*idx, device=t.device)
+            return torch.index_select(t, 0, rows)
         return t[idx] if isinstance(idx, torch.Tensor) else t[idx[0]:idx[1]]
 
     def __iter__(self) -> Iterator[Batch]:

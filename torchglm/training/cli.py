@@ -21,6 +21,7 @@ import re
 import shutil
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -235,6 +236,10 @@ def _one_line(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``train.py``; returns the exit status (0 ok, 2 bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
+    # Irrelevant here: pass-based fitters run without a torch optimizer, and the
+    # LeafSpec notice is Lightning's own use of a deprecated torch API.
+    warnings.filterwarnings("ignore", message=".*`configure_optimizers` returned `None`.*")
+    warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     try:
         if args and args[0] == "predict":
             return _predict_main(args[1:])

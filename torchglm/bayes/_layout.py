@@ -1,0 +1,104 @@
+"""A GLM's coefficients as one flat vector ``theta = (vec W, b)``, the linear
+predictor for one or many ``theta`` and the summed negative log-likelihood.
+
+The order is the solvers' (:mod:`torchglm.solvers.derivatives`): ``W`` has one row
+per output (1 for binary models, ``K`` for softmax) flattened row by row, so
+``theta[k * d + j] = W[k, j]``; the bias entries follow. Sums run over batches
+(the library's pass contract), so the same code serves in-memory tensors and
+batched data.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from .._validation import fail
+from ..data.batches import Batch, TensorBatches
+from ..models.glm import GeneralizedLinearModel
+from .prior import GaussianPrior
+
+__all__ = ["as_batches", "linear_predictor", "data_nll", "identified_basis"]
+
+
+def check_model(model) -> GeneralizedLinearModel:
+    if not isinstance(model, GeneralizedLinearModel) or not model.family.is_classifier:
+        raise fail("model", "a GeneralizedLinearModel with a classification family", type(model).__name__)
+    return model
+
+
+def as_batches(data, model: GeneralizedLinearModel) -> Iterable[Batch]:
+    """Accept ``(x, y)``, ``(x, y, weight)`` (validated against ``model``) or any
+    re-iterable of :class:`~torchglm.data.batches.Batch` (validated by its producer)."""
+    if isinstance(data, (tuple, list)) and 2 <= len(data) <= 3 and isinstance(data[0], torch.Tensor):
+        x, y = data[0], data[1]
+        weight = data[2] if len(data) == 3 else None
+        x, y = model.check_data(x, y, weight)
+        return TensorBatches(x, y, weight)
+    if isinstance(data, torch.Tensor) or not hasattr(data, "__iter__"):
+        raise fail("data", "(x, y), (x, y, weight) or a re-iterable of Batch", type(data).__name__)
+    return data
+
+
+def n_weights(model) -> int:
+    return model.linear.weight.numel()
+
+
+def n_bias(model) -> int:
+    return model.linear.bias.numel() if model.linear.bias is not None else 0
+
+
+def linear_predictor(model, theta: torch.Tensor, x: torch.Tensor,
+                     offset: torch.Tensor | None = None) -> torch.Tensor:
+    """``eta = x W^T + b`` for one ``theta`` (p,) or many (S, p).
+
+    Returns shape ``(n,)``/``(n, K)`` for one ``theta`` and ``(S, n)``/``(S, n, K)``
+    for a stack.
+    """
+    k, d = model.linear.weight.shape
+    m = k * d
+    W = theta[..., :m].reshape(*theta.shape[:-1], k, d)
+    eta = torch.einsum("nd,...kd->...nk", x, W)
+    if model.linear.bias is not None:
+        eta = eta + theta[..., m:].unsqueeze(-2)
+    if not model.family.multi_output:
+        eta = eta.squeeze(-1)
+    if offset is not None:
+        eta = eta + (offset.unsqueeze(-1) if model.family.multi_output else offset)
+    return eta
+
+
+def _batch_nll(model, theta, batch: Batch) -> torch.Tensor:
+    nll = model.family.nll(linear_predictor(model, theta, batch.x, batch.offset), batch.y)
+    return nll.sum() if batch.weight is None else (batch.weight * nll).sum()
+
+
+def data_nll(model, theta: torch.Tensor, batches: Iterable[Batch]) -> torch.Tensor:
+    """``-ln p(D | theta) = sum_i s_i nll(eta_i, y_i)`` (summed, not averaged)."""
+    total = theta.new_zeros(())
+    for batch in batches:
+        total = total + _batch_nll(model, theta, batch)
+    return total
+
+
+def identified_basis(model, prior: GaussianPrior, like: torch.Tensor) -> torch.Tensor | None:
+    """An orthonormal basis ``B`` (p, p-1) of the directions the posterior identifies,
+    or ``None`` when it identifies all of them.
+
+    Softmax probabilities are unchanged by ``b -> b + c 1``; with a flat bias prior
+    that direction ``v = (0, 1_K / sqrt K)`` has zero posterior curvature and the
+    posterior is improper along it. Every prediction is invariant to it, so the
+    posterior is taken on the complement of ``v`` (equivalently: biases centred to
+    sum to zero).
+    """
+    if not (model.family.multi_output and model.linear.bias is not None and prior.bias_variance is None):
+        return None
+    k = n_bias(model)
+    m = n_weights(model)
+    ones = torch.ones(k, 1, dtype=like.dtype, device=like.device)
+    q, _ = torch.linalg.qr(torch.cat([ones, torch.eye(k, dtype=like.dtype, device=like.device)[:, : k - 1]], 1))
+    basis = torch.zeros(m + k, m + k - 1, dtype=like.dtype, device=like.device)
+    basis[:m, :m] = torch.eye(m, dtype=like.dtype, device=like.device)
+    basis[m:, m:] = q[:, 1:]
+    return basis

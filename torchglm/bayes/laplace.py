@@ -1,0 +1,213 @@
+"""The Laplace approximation to the posterior of a GLM (seed 000, "Bayesian logistic
+regression"; seed 003, the regularized Newton Hessian).
+
+Around the MAP ``theta*`` the negative log posterior
+``E(theta) = -ln p(D|theta) - ln p(theta)`` is expanded to second order, giving
+``p(theta | D) ~= N(theta*, H^{-1})`` with the summed (not averaged) Hessian
+
+    H = sum_i s_i d^2 nll_i / d theta^2 + diag(1/lambda, ..., 1/sigma_b^2)
+
+(for logistic regression ``sum_i sigma_i (1 - sigma_i) x_i x_i^T + I / lambda``,
+seed 003). The same expansion approximates the evidence
+
+    ln Z ~= ln p(D|theta*) + ln p(theta*) + (D/2) ln 2 pi - (1/2) ln |H|,
+
+maximized over ``lambda`` by :mod:`torchglm.bayes.selection`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import solvers
+from .._validation import fail
+from ..models.glm import GeneralizedLinearModel
+from ..solvers.base import all_reduce_sum
+from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask
+from ._layout import as_batches, check_model, identified_basis, n_bias, n_weights
+from .prior import GaussianPrior
+
+__all__ = ["LaplacePosterior", "fit_map", "laplace_posterior"]
+
+
+@dataclass
+class LaplacePosterior:
+    """``N(mean, covariance)`` over ``theta = (vec W, b)`` (see :mod:`._layout`).
+
+    Attributes:
+        mean: the MAP ``theta*``, shape (p,).
+        covariance: ``H^{-1}``, shape (p, p) (restricted to the identified
+            subspace for softmax with a flat bias prior, see ``basis``).
+        precision: ``H``, the summed Hessian of the negative log posterior (p, p).
+        scale: a factor ``F`` (p, r) with ``covariance = F F^T``.
+        log_evidence: the Laplace estimate of ``ln p(D | lambda)``.
+        log_likelihood: ``ln p(D | theta*)``.
+        grad_norm: ``||grad E(theta*)||``; near 0 when ``mean`` is the posterior mode.
+        prior: the :class:`GaussianPrior` used.
+        basis: orthonormal basis (p, r) of the identified directions, or ``None``.
+        shape: ``(n_outputs, n_features, fit_intercept)`` of the model it belongs to.
+    """
+
+    mean: torch.Tensor
+    covariance: torch.Tensor
+    precision: torch.Tensor
+    scale: torch.Tensor
+    log_evidence: float
+    log_likelihood: float
+    grad_norm: float
+    prior: GaussianPrior
+    basis: torch.Tensor | None
+    shape: tuple[int, int, bool]
+
+    @property
+    def dim(self) -> int:
+        """``D``: the number of directions the posterior identifies."""
+        return self.scale.shape[1]
+
+    def sample(self, n_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n_samples`` draws ``theta = mean + F z``, ``z ~ N(0, I)``; shape (n_samples, p)."""
+        z = torch.randn(n_samples, self.dim, generator=generator, dtype=self.mean.dtype)
+        return self.mean + z.to(self.mean.device) @ self.scale.T
+
+    def state_dict(self) -> dict:
+        """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
+        return {
+            "mean": self.mean, "covariance": self.covariance, "precision": self.precision,
+            "scale": self.scale, "log_evidence": self.log_evidence,
+            "log_likelihood": self.log_likelihood, "grad_norm": self.grad_norm,
+            "prior_variance": self.prior.variance, "bias_variance": self.prior.bias_variance,
+            "basis": self.basis, "shape": self.shape,
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "LaplacePosterior":
+        state = dict(state)
+        prior = GaussianPrior(state.pop("prior_variance"), state.pop("bias_variance"))
+        return cls(prior=prior, shape=tuple(state.pop("shape")), **state)
+
+
+def _total_weight(batches) -> float:
+    """``S = sum_i s_i`` over the batches (and processes)."""
+    total = None
+    for batch in batches:
+        s = batch.x.new_tensor(float(batch.x.shape[0])) if batch.weight is None else batch.weight.sum()
+        total = s if total is None else total + s
+    all_reduce_sum(total)
+    return float(total)
+
+
+def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", **options):
+    """Fit the MAP ``argmin -ln p(D|w) - ln p(w)`` in place with the library's solver.
+
+    With a flat bias prior this is the library objective with ``l2 = 1 / (lambda n)``
+    (``model.l2`` is set to it). A proper bias prior ``N(0, sigma_b^2)`` is the same
+    isotropic penalty on an augmented design ``[x, c 1]`` without intercept,
+    ``c = sqrt(sigma_b^2 / lambda)``: the weight ``v`` of the constant column has prior
+    ``N(0, lambda)``, so the bias ``c v`` has prior ``N(0, sigma_b^2)``.
+
+    Args:
+        model: a classification :class:`~torchglm.models.glm.GeneralizedLinearModel`.
+        data: ``(x, y)`` or ``(x, y, weight)``.
+        prior: the :class:`GaussianPrior`.
+        solver: a name for :func:`torchglm.solvers.fit` (Newton by default).
+        **options: passed to the solver.
+
+    Returns:
+        The solver's :class:`~torchglm.solvers.base.FitResult`.
+    """
+    check_model(model)
+    if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
+        raise fail("data", "(x, y) or (x, y, weight) tensors for the MAP fit", type(data).__name__)
+    x, y = model.check_data(data[0], data[1], data[2] if len(data) == 3 else None)
+    weight = data[2] if len(data) == 3 else None
+    total = float(x.shape[0]) if weight is None else float(weight.sum())
+    model.l2 = prior.l2(total)
+    if prior.bias_variance is None or model.linear.bias is None:
+        return solvers.fit(model, x, y, weight=weight, solver=solver, **options)
+    c = math.sqrt(prior.bias_variance / prior.variance)
+    aug = GeneralizedLinearModel(model.n_features + 1, model.family, n_classes=model.n_classes,
+                                 l2=model.l2, fit_intercept=False, dtype=x.dtype).to(x.device)
+    with torch.no_grad():
+        aug.linear.weight[:, :-1].copy_(model.linear.weight)
+        aug.linear.weight[:, -1].copy_(model.linear.bias / c)
+    x_aug = torch.cat([x, torch.full((x.shape[0], 1), c, dtype=x.dtype, device=x.device)], 1)
+    result = solvers.fit(aug, x_aug, y, weight=weight, solver=solver, **options)
+    with torch.no_grad():
+        model.linear.weight.copy_(aug.linear.weight[:, :-1])
+        model.linear.bias.copy_(c * aug.linear.weight[:, -1])
+    model.mark_fitted()
+    return result
+
+
+def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool = True,
+                      solver: str = "newton", **options) -> LaplacePosterior:
+    """Laplace posterior ``N(theta*, H^{-1})`` of a logistic, probit or softmax model.
+
+    Args:
+        model: a classification GLM; with ``fit=False`` it must already hold the MAP.
+        data: ``(x, y)``, ``(x, y, weight)`` or a re-iterable of ``Batch``.
+        prior: the prior; ``None`` takes ``GaussianPrior.from_l2(model.l2, n)``,
+            the prior whose MAP the model's own penalty gives (flat bias prior).
+        fit: first fit the MAP with :func:`fit_map` (needs tensors as ``data``).
+        solver, **options: for :func:`fit_map`.
+
+    Returns:
+        The :class:`LaplacePosterior`, with its evidence estimate.
+
+    Raises:
+        InputError: if the model is not a fitted classifier, or the posterior
+            precision is not positive definite (e.g. a flat bias prior on
+            separated data: the posterior is then improper).
+
+    Example:
+        >>> post = laplace_posterior(LogisticRegression(2), (x, y), GaussianPrior(1.0))
+        >>> post.covariance.shape
+        torch.Size([3, 3])
+    """
+    check_model(model)
+    batches = as_batches(data, model)
+    if prior is None:
+        prior = GaussianPrior.from_l2(model.l2, _total_weight(batches))
+    if fit:
+        fit_map(model, data, prior, solver=solver, **options)
+    model.check_fitted()
+    # The solvers' pass gives E = mean NLL + (l2/2)||W||^2 and its derivatives; the
+    # summed negative log-likelihood is S (E - penalty), its Hessian S (H_E - l2 P).
+    total = _total_weight(batches)
+    loss, g_obj, H_obj = hessian_and_gradient(model, batches)
+    theta = flat_parameters(model, loss.dtype).to(loss.device)
+    mask = penalty_mask(model, loss.dtype, loss.device)
+    l2 = model.l2
+    nll = total * (loss - 0.5 * l2 * (mask * theta * theta).sum())
+    prec = prior.precision(n_weights(model), n_bias(model), theta)
+    H = total * (H_obj - torch.diag(l2 * mask)) + torch.diag(prec)
+    grad_post = total * (g_obj - l2 * mask * theta) + prec * theta
+    basis = identified_basis(model, prior, theta)
+    if basis is not None:
+        theta = basis @ (basis.T @ theta)  # centre the softmax biases: same predictions
+        grad_post = basis.T @ grad_post
+        H_red = basis.T @ H @ basis
+    else:
+        H_red = H
+    L, info = torch.linalg.cholesky_ex(H_red)
+    if int(info) != 0:
+        raise fail("posterior precision H", "positive definite (a proper posterior; "
+                   "give the bias a finite prior variance or check for separation)",
+                   f"a non-positive pivot at index {int(info) - 1}")
+    eye = torch.eye(H_red.shape[0], dtype=H.dtype, device=H.device)
+    L_inv_T = torch.linalg.solve_triangular(L, eye, upper=False).T  # H_red^{-1} = L^{-T} L^{-1}
+    scale = L_inv_T if basis is None else basis @ L_inv_T
+    cov = scale @ scale.T
+    D = H_red.shape[0]
+    log_prior = -0.5 * float((prec * theta * theta).sum()) + prior.log_normalizer(
+        n_weights(model), n_bias(model))
+    log_evidence = (-float(nll) + log_prior + 0.5 * D * math.log(2 * math.pi)
+                    - float(torch.log(torch.diagonal(L)).sum()))
+    return LaplacePosterior(
+        mean=theta, covariance=cov, precision=H, scale=scale, log_evidence=log_evidence,
+        log_likelihood=-float(nll), grad_norm=float(grad_post.norm()), prior=prior, basis=basis,
+        shape=(model.n_outputs, model.n_features, model.linear.bias is not None),
+    )

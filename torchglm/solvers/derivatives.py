@@ -147,11 +147,12 @@ class PassSums:
     batch and adds its sums; ``finish()`` all-reduces them (when
     ``torch.distributed`` is initialized), divides by the total sample weight
     and adds the penalty. After ``finish``: ``loss``, ``grad``, and ``hess``
-    (``curvature="full"`` or ``"expected"``), ``diag`` (``"diag"``) or the stored
-    per-batch curvature for :meth:`hvp` (``"hvp"``); ``n_invalid`` counts samples
+    (``curvature="full"`` or ``"expected"``), ``diag`` (``"diag"``), or ``diag``
+    and the stored per-batch curvature for :meth:`hvp` (``"hvp"``); ``n_invalid`` counts samples
     whose eta left the link's domain or whose loss is not finite, and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
-    probability numerically 0 or 1: a sign of separation).
+    probability numerically 0 or 1: a sign of separation), ``n_samples`` the
+    rows seen and ``y_sum`` the weighted sum of scalar targets.
 
     Args:
         model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
@@ -178,10 +179,11 @@ class PassSums:
         self.p = p
         self.loss_sum = torch.zeros((), **opts)
         self.weight_sum = torch.zeros((), **opts)
-        self.counts = torch.zeros(2, **opts)  # n_invalid, n_saturated
+        self.counts = torch.zeros(3, **opts)  # n_invalid, n_saturated, n_samples
+        self.y_sum = torch.zeros((), **opts)
         self.grad = torch.zeros(p, **opts)
         self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
-        self.diag = torch.zeros(p, **opts) if curvature == "diag" else None
+        self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mask = penalty_mask(model, **opts)
 
@@ -217,6 +219,9 @@ class PassSums:
         bad = ~(valid & torch.isfinite(nll))
         self.counts[0] += bad.sum()
         self.counts[1] += (nll < self.saturation).sum()
+        self.counts[2] += nll.shape[0]
+        if self.scalar:
+            self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
         if s is not None:
             nll, d1 = s * nll, _scale(d1, s)
             d2 = None if d2 is None else _scale(d2, s)
@@ -230,10 +235,10 @@ class PassSums:
             return
         if self.hess is not None:
             self._add_hessian(x, d2)
-        elif self.diag is not None:
-            self._add_diag(x, d2)
         else:
-            self.stored.append((x, d2))
+            self._add_diag(x, d2)
+            if self.curvature == "hvp":
+                self.stored.append((x, d2))
 
     def _add_hessian(self, x, d2):
         m, d, H = self.m, self.d, self.hess
@@ -268,7 +273,7 @@ class PassSums:
 
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
-        sums = [self.loss_sum, self.weight_sum, self.counts, self.grad]
+        sums = [self.loss_sum, self.weight_sum, self.counts, self.y_sum, self.grad]
         if self.hess is not None:
             sums.append(self.hess)
         if self.diag is not None:
@@ -277,6 +282,7 @@ class PassSums:
         S = self.weight_sum
         self.n_invalid = int(self.counts[0])
         self.n_saturated = int(self.counts[1])
+        self.n_samples = int(self.counts[2])
         w = self.theta * self.mask
         self.loss = self.loss_sum / S + 0.5 * self.l2 * (w * w).sum()
         self.grad = self.grad / S + self.l2 * w

@@ -1,0 +1,143 @@
+"""``make_fitter`` and ``fit``: choosing and running a solver.
+
+``fit(model, x, y, solver=...)`` validates the data once, slices it into
+batches, runs the solver's passes (no ``Trainer``), marks the model fitted and
+returns a :class:`~torchglm.solvers.base.FitResult`. The Lightning task drives
+the same fitters from :func:`make_fitter` (one epoch = one pass).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import fail
+from ..data.batches import TensorBatches
+from .base import FitResult, Fitter, run_passes
+from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
+from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
+
+__all__ = ["SOLVERS", "make_fitter", "fit", "choose_solver"]
+
+#: Registry of solver names to fitter classes (``"auto"`` resolves through
+#: :func:`choose_solver`). Another module may add entries (e.g. ``"sgd"``).
+SOLVERS: dict[str, type[Fitter]] = {
+    cls.name: cls
+    for cls in (NewtonFitter, IRLSFitter, NewtonCGFitter, GradientDescentFitter,
+                CoordinateDescentFitter, LBFGSFitter)
+}
+
+#: Above this many Hessian entries per sample (``d~ K (K + 1) / 2``, the cost of
+#: assembling ``H`` in units of one gradient evaluation), ``auto`` leaves exact Newton.
+AUTO_NEWTON_MAX_COST = 128
+
+
+def choose_solver(model, n_samples: int | None = None) -> str:
+    """The solver ``auto`` picks from the model's shape.
+
+    One Newton iteration costs about ``n d~^2 K (K + 1) / 2`` flops for the
+    Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
+    Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
+    (memory-bound) but needs many more iterations. Exact Newton is chosen when
+    ``d~ K (K + 1) / 2 <= AUTO_NEWTON_MAX_COST`` (e.g. binary problems with up to
+    ~127 features), L-BFGS otherwise.
+    """
+    m, d = model.linear.weight.shape
+    dt = d + (model.linear.bias is not None)
+    cost = dt * m * (m + 1) / 2 if m > 1 else dt
+    return "newton" if cost <= AUTO_NEWTON_MAX_COST else "lbfgs"
+
+
+def make_fitter(model, solver: str = "auto", **options) -> Fitter:
+    """A pass-based fitter for ``model``.
+
+    Args:
+        model: a ``GeneralizedLinearModel``.
+        solver: a name in :data:`SOLVERS` or ``"auto"`` (see :func:`choose_solver`).
+        **options: the fitter's options (``max_iter``, ``tol``, ``gtol``,
+            ``dtype``, ``lr``, ``memory``, ``max_cg``, ...).
+
+    Raises:
+        InputError: for an unknown solver name.
+    """
+    if solver == "auto":
+        solver = choose_solver(model)
+    if solver not in SOLVERS:
+        raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
+    return SOLVERS[solver](model, **options)
+
+
+def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
+        offset: torch.Tensor | None = None, solver: str = "auto",
+        batch_size: int | None = None, max_iter: int | None = None,
+        dtype: torch.dtype | None = None, polish: bool | None = None,
+        max_passes: int | None = None, **options) -> FitResult:
+    """Fit ``model`` in place by passes over in-memory batches, without a Trainer.
+
+    Args:
+        model: a ``GeneralizedLinearModel`` (its parameters are the start).
+        x: features (n_samples, n_features); y: targets (n_samples,).
+        weight: optional sample weights (n_samples,); offset: optional (n_samples,).
+        solver: a name in :data:`SOLVERS` or ``"auto"``.
+        batch_size: rows per batch (``None``: one batch). The iterates do not
+            depend on it beyond rounding.
+        max_iter: maximum accepted steps (solver default when ``None``).
+        dtype: computation dtype; Newton-type solvers default to float64.
+        polish: after a fit in a lower precision (``dtype=torch.float32``),
+            continue in float64 from its result until the float64 stopping rule
+            holds (usually one verifying pass). Default: on for lower precision.
+        max_passes: cap on passes (default generous: ``50 * max_iter``).
+        **options: more fitter options (``tol``, ``gtol``, ``lr``, ...).
+
+    Returns:
+        The :class:`FitResult`: ``history`` per accepted step (``loss``,
+        ``grad_norm``, ``newton_decrement``, ``step_size``), ``extra`` with the
+        final ``grad`` and ``hessian`` (Newton/IRLS), ``separation`` if detected;
+        ``result.summary()`` prints the convergence table.
+
+    Raises:
+        InputError: on invalid data or options.
+
+    Example:
+        >>> model = LogisticRegression(4, l2=1e-3)
+        >>> result = fit(model, x, y, solver="newton")
+        >>> result.converged
+        True
+    """
+    x, y = model.check_data(x, y, weight, offset)
+    name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
+    if name not in SOLVERS:
+        raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
+    cls = SOLVERS[name]
+    work = dtype or getattr(cls, "default_dtype", None) or model.linear.weight.dtype
+    if polish is None:
+        polish = work.itemsize < 8
+    stages = [work, torch.float64] if polish and work != torch.float64 else [work]
+    result = None
+    for dt in stages:
+        fitter = cls(model, max_iter=max_iter, dtype=dt, **options)
+        cast = (lambda t: None if t is None else t.to(dt))
+        xs = x.to(dt)
+        ys = y.to(dt) if y.is_floating_point() else y
+        batches = TensorBatches(xs, ys, cast(weight), cast(offset), batch_size)
+        limit = max_passes or 50 * fitter.max_iter + 10
+        stage = run_passes(fitter, batches, limit)
+        if not fitter.done:
+            fitter.stop(f"max_passes={limit} reached")
+        result = stage if result is None else _chain(result, stage)
+        if "separation" in result.extra:
+            break
+    model.mark_fitted()
+    result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
+    return result
+
+
+def _chain(first: FitResult, second: FitResult) -> FitResult:
+    """Append a polishing stage to the first stage's record."""
+    offset = first.n_iter
+    for h in second.history:
+        h["iteration"] += offset
+    second.history = first.history + second.history
+    second.n_iter += offset
+    second.extra["stages"] = [first.extra.get("dtype"), second.extra.get("dtype")]
+    second.extra["passes"] = first.extra.get("passes", 0) + second.extra.get("passes", 0)
+    return second

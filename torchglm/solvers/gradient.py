@@ -1,0 +1,160 @@
+"""First-order solvers: gradient descent, coordinate descent and L-BFGS.
+
+Each pass evaluates ``E`` and ``g`` (and, for coordinate descent, the diagonal
+of ``H``) at one trial point; the line search and stopping rules are those of
+:mod:`.stepper` (stop on ``||g||_inf <= gtol``). One pass is one objective and
+gradient evaluation, so these fitters run unchanged under a Lightning
+``Trainer`` (one epoch = one pass) and across processes.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .._validation import check_positive, fail
+from .derivatives import PassSums
+from .stepper import StepFitter
+
+__all__ = ["GradientDescentFitter", "CoordinateDescentFitter", "LBFGSFitter"]
+
+
+class GradientDescentFitter(StepFitter):
+    """Full-batch gradient descent (seed 000: ``w <- w - alpha grad E(w)``).
+
+    Args:
+        model: the model to fit.
+        lr: a fixed step ``alpha`` (the seed's update, no line search); ``None``
+            (default) backtracks from twice the last accepted step.
+        **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
+    """
+
+    name = "gd"
+    default_max_iter = 10_000
+
+    def __init__(self, model, lr: float | None = None, **options):
+        super().__init__(model, **options)
+        if lr is not None:
+            check_positive("lr", lr)
+            self.line_search = False
+        self.lr = lr
+        self.last_step = 1.0
+
+    def on_accept(self, s: PassSums, step: float) -> None:
+        if step > 0:
+            self.last_step = step
+
+    def direction(self, s: PassSums):
+        return -s.grad, None
+
+    def initial_step(self) -> float:
+        return self.lr if self.lr is not None else 2.0 * self.last_step
+
+
+class CoordinateDescentFitter(StepFitter):
+    """Cyclic coordinate descent, one coefficient per pass (seed 000,
+    "at each iteration only one coefficient in w is updated").
+
+    Pass ``j`` updates coefficient ``k = j mod p`` by the one-dimensional Newton
+    step ``w_k <- w_k - g_k / H_kk`` (``H_kk`` from the pass), or by the seed's
+    ``w_k <- w_k - alpha g_k`` when ``lr=alpha`` is given, with the shared line
+    search. Convergence is tested on the whole gradient.
+
+    Args:
+        model: the model to fit.
+        lr: a fixed coordinate step ``alpha``; ``None`` uses ``1 / H_kk``.
+        **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
+    """
+
+    name = "coordinate"
+    curvature = "diag"
+    default_max_iter = 100_000
+
+    def __init__(self, model, lr: float | None = None, **options):
+        super().__init__(model, **options)
+        if lr is not None:
+            check_positive("lr", lr)
+        self.lr = lr
+        self.k = -1
+        self.n_skipped = 0
+
+    def on_accept(self, s: PassSums, step: float) -> None:
+        self.n_skipped = 0
+
+    def redirect(self) -> bool:
+        # Coordinate k cannot improve E beyond rounding: go on with the next one,
+        # until a whole sweep has failed.
+        self.n_skipped += 1
+        if self.n_skipped >= self.theta.numel():
+            return False
+        delta, _ = self.direction(self.base)
+        self.set_direction(delta)
+        return True
+
+    def direction(self, s: PassSums):
+        p = s.grad.numel()
+        delta = torch.zeros_like(s.grad)
+        # Skip coordinates whose gradient is already zero (e.g. an all-zero column).
+        for _ in range(p):
+            self.k = (self.k + 1) % p
+            if float(s.grad[self.k]) != 0.0:
+                break
+        k = self.k
+        hkk = float(s.diag[k])
+        if self.lr is not None:
+            step = self.lr
+        else:
+            step = 1.0 / hkk if hkk > 0 else 1.0
+        delta[k] = -step * s.grad[k]
+        return delta, None
+
+
+class LBFGSFitter(StepFitter):
+    """Full-batch limited-memory BFGS with a backtracking line search.
+
+    The direction is ``-H_k g`` from the two-loop recursion over the last
+    ``memory`` pairs ``s = theta_{k+1} - theta_k``, ``y = g_{k+1} - g_k``
+    (pairs with ``y^T s <= 0`` are skipped), scaled by ``gamma = s^T y / y^T y``
+    (Nocedal & Wright, Algorithm 7.4). The first direction is ``-g / ||g||``.
+
+    Args:
+        model: the model to fit.
+        memory: number of stored pairs.
+        **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
+    """
+
+    name = "lbfgs"
+    default_max_iter = 1000
+
+    def __init__(self, model, memory: int = 10, **options):
+        super().__init__(model, **options)
+        if not isinstance(memory, int) or memory < 1:
+            raise fail("memory", "a positive integer", memory)
+        self.memory = memory
+        self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+
+    def on_accept(self, s: PassSums, step: float) -> None:
+        if self.base is None or step == 0:
+            return
+        sv = self.theta - self.base_theta
+        yv = s.grad - self.base.grad
+        sy = sv @ yv
+        if float(sy) > torch.finfo(sv.dtype).eps * float(yv @ yv):
+            self.pairs.append((sv, yv, 1.0 / sy))
+            if len(self.pairs) > self.memory:
+                self.pairs.pop(0)
+
+    def direction(self, s: PassSums):
+        q = s.grad.clone()
+        if not self.pairs:
+            return -q / q.norm().clamp_min(torch.finfo(q.dtype).tiny), None
+        alphas = []
+        for sv, yv, rho in reversed(self.pairs):
+            a = rho * (sv @ q)
+            q = q - a * yv
+            alphas.append(a)
+        sv, yv, _ = self.pairs[-1]
+        q = q * ((sv @ yv) / (yv @ yv))
+        for (sv, yv, rho), a in zip(self.pairs, reversed(alphas)):
+            b = rho * (yv @ q)
+            q = q + (a - b) * sv
+        return -q, None

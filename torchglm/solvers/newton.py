@@ -1,0 +1,166 @@
+"""Second-order solvers: Newton-Raphson, IRLS (Fisher scoring) and Newton-CG.
+
+All three take the step ``delta`` solving ``A delta = -g`` at the accepted point,
+then share the line search and stopping rules of :mod:`.stepper`:
+
+* ``newton``: ``A = H``, the exact Hessian (seed 000, "Newton-Raphson and
+  logistic regression": ``w <- w - (X~^T Y X~)^{-1} X~^T (y - t)``; seed 003 adds
+  ``I / lambda``), assembled per pass by :class:`.derivatives.PassSums`.
+* ``irls``: ``A = X~^T Psi X~ / S + l2 P``, the expected information with
+  weights ``psi_i = (dmu/deta)^2 / V(mu)`` (``y_i (1 - y_i)`` for the logit).
+  This is seed 000's weighted least squares: with the working response
+  ``z = eta + (t - mu) / (dmu/deta)``, the full step lands on
+  ``w_new = (X~^T Psi X~)^{-1} X~^T Psi z`` (plus the penalty). For canonical
+  links ``Psi`` is the observed curvature, so ``irls`` and ``newton`` take the
+  same iterates; for probit they differ and meet at the same optimum.
+* ``newton-cg``: truncated Newton; ``A delta = -g`` is solved by (Jacobi
+  preconditioned) conjugate gradients with exact Hessian-vector products
+  ``H v = X~^T (h * X~ v) / S + l2 P v`` (forward then backward product of the
+  linear map around the per-sample curvature ``h`` from :mod:`torch.func`),
+  never forming ``H``; CG stops at a relative residual
+  ``min(0.5, sqrt(||g||))`` (Nocedal & Wright 7.1).
+
+**Softmax identifiability.** Without a penalty, adding one vector to every
+class row of ``[W, b]`` leaves every probability unchanged, so ``H`` is
+singular. The solvers take the *minimum-norm* Newton step ``-H^+ g``: the
+projector ``N`` onto those shift directions is added to ``H`` before the
+Cholesky solve (exact, since ``g`` is orthogonal to them; see
+:func:`.linalg.shift_null_projector`), and Newton-CG projects its direction.
+From the zero start the coefficients therefore satisfy ``sum_k w_k = 0`` (the
+symmetric parametrization); statsmodels' ``MNLogit`` pins class 0 instead, and
+its coefficients are ``w_k - w_0`` of ours with identical probabilities. With
+``l2 > 0`` only the (unpenalized) bias column has the shift freedom.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .derivatives import PassSums
+from .linalg import newton_direction, shift_null_projector
+from .stepper import StepFitter
+
+__all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]
+
+
+class _SecondOrder(StepFitter):
+    default_max_iter = 100
+    default_dtype = torch.float64
+    watches_separation = True
+
+    def __init__(self, model, **options):
+        super().__init__(model, **options)
+        m, d = model.linear.weight.shape
+        has_bias = model.linear.bias is not None
+        self.shift_columns = None
+        if model.family.multi_output:
+            cols = torch.full((d + has_bias,), model.l2 == 0, dtype=torch.bool)
+            if has_bias:
+                cols[-1] = True
+            if bool(cols.any()):
+                self.shift_columns = cols
+                self.N = shift_null_projector(m, d, has_bias, cols, dtype=self.dtype,
+                                              device=self.theta.device)
+
+    def remove_shift(self, v: torch.Tensor) -> torch.Tensor:
+        """Project out the softmax shift directions (identity for other models)."""
+        return v if self.shift_columns is None else v - self.N @ v
+
+
+class NewtonFitter(_SecondOrder):
+    """Damped Newton-Raphson with the exact Hessian (seeds 000, 002, 003).
+
+    Each pass assembles ``E``, ``g`` and ``H`` (one weighted product
+    ``X~^T (h * X~)`` per batch, a ``K x K`` block pair per batch for softmax),
+    then solves ``H delta = -g`` by Cholesky (eigenvalue fallback with a
+    :class:`~torchglm.NumericalWarning` for singular or indefinite ``H``).
+    Stops on ``||g||_inf <= gtol`` or on the Newton decrement
+    ``lambda^2 / 2 = -g^T delta / 2 <= tol max(1, |E|)``.
+
+    Example:
+        >>> fitter = NewtonFitter(LogisticRegression(5))
+        >>> result = run_passes(fitter, TensorBatches(x, y, batch_size=10_000), 200)
+    """
+
+    name = "newton"
+    curvature = "full"
+
+    def direction(self, s: PassSums):
+        A = s.hess
+        if self.shift_columns is not None:
+            A = A + A.diagonal().mean() * self.N
+        delta, note = newton_direction(A, s.grad)
+        if note is not None:
+            self._note(f"Hessian {note}")
+        return delta, float(-(s.grad @ delta))
+
+
+class IRLSFitter(NewtonFitter):
+    """Iteratively reweighted least squares / Fisher scoring (seed 000).
+
+    Same as :class:`NewtonFitter` with the expected information
+    ``X~^T diag(psi) X~`` in place of the Hessian, ``psi = (dmu/deta)^2 / V(mu)``
+    (the family's variance function); the step solves the weighted least
+    squares problem with working response ``z = eta + (t - mu) / (dmu/deta)``.
+    The reported decrement is ``g^T A^{-1} g`` with that ``A``.
+    """
+
+    name = "irls"
+    curvature = "expected"
+
+
+class NewtonCGFitter(_SecondOrder):
+    """Hessian-free truncated Newton (Newton-CG).
+
+    Args:
+        model: the model to fit.
+        max_cg: maximum CG iterations per Newton step (default ``min(p, 250)``).
+        **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
+
+    Every CG iteration is one Hessian-vector product over the batches kept
+    from the pass (the per-sample curvature ``h`` and the batch views), with one
+    all-reduce, so each process takes the same CG steps.
+    """
+
+    name = "newton-cg"
+    curvature = "hvp"
+
+    def __init__(self, model, max_cg: int | None = None, **options):
+        super().__init__(model, **options)
+        self.max_cg = min(self.theta.numel(), 250) if max_cg is None else max_cg
+        self.cg_iters: list[int] = []
+
+    def direction(self, s: PassSums):
+        g = s.grad
+        gnorm = float(g.norm())
+        target = min(0.5, math.sqrt(gnorm)) * gnorm
+        precond = 1.0 / s.diag.clamp_min(torch.finfo(g.dtype).tiny)
+        x = torch.zeros_like(g)
+        r = -g
+        z = precond * r
+        p = z.clone()
+        rz = float(r @ z)
+        n_cg = 0
+        for n_cg in range(1, self.max_cg + 1):
+            Ap = s.hvp(p)
+            pAp = float(p @ Ap)
+            if pAp <= 0:
+                # Negative or zero curvature along p: keep what CG has (or -g at first).
+                if n_cg == 1:
+                    x = -g
+                break
+            alpha = rz / pAp
+            x = x + alpha * p
+            r = r - alpha * Ap
+            if float(r.norm()) <= target:
+                break
+            z = precond * r
+            rz_new = float(r @ z)
+            p = z + (rz_new / rz) * p
+            rz = rz_new
+        self.cg_iters.append(n_cg)
+        self.result.extra["cg_iterations"] = self.cg_iters
+        x = self.remove_shift(x)
+        return x, float(-(g @ x))

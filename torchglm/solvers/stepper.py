@@ -1,0 +1,294 @@
+"""The step / line-search / convergence code shared by every iterative solver.
+
+One pass evaluates the objective ``E``, its gradient ``g`` and the curvature a
+solver needs at a trial point ``theta + t delta``. At the end of the pass:
+
+1. **Line search** (backtracking, Armijo): the trial is accepted when
+   ``E(theta + t delta) <= E(theta) + c t g^T delta`` (``c = 1e-4``) and eta
+   stayed inside the link's domain with a finite loss; otherwise it is rejected
+   and the next pass tries ``t / 2`` from the same ``theta``. A rejected pass
+   never moves the model, so a step that overflows never yields NaN.
+2. **Convergence** at the accepted point: ``||g||_inf <= gtol``, or, for
+   Newton-type solvers, the Newton decrement ``lambda^2 = g^T H^{-1} g`` with
+   ``lambda^2 / 2 <= tol max(1, |E|)`` (``lambda^2 / 2`` estimates ``E - E*``;
+   Boyd & Vandenberghe, "Convex Optimization", 9.5). Not the change of the
+   coefficients, which is small both at the optimum and when progress stalls.
+   Where ``E`` changes by less than its rounding error, a trial that lowers
+   ``||g||`` is accepted instead; a rejected trial whose predicted decrease
+   ``-t g^T delta`` is below that rounding ends the fit as converged "to
+   working precision" (no step can be verified any more in this dtype).
+3. **Direction** (the solver's own rule: Newton, Fisher scoring, CG, L-BFGS,
+   gradient, one coordinate) from the accepted point, and the first trial step.
+
+``max_iter`` accepted steps without convergence end the fit with a
+:class:`~torchglm.ConvergenceWarning` and ``converged=False``. Unpenalized
+classifiers are watched for separation (see :meth:`StepFitter._check_separation`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import torch
+
+from .._validation import ConvergenceWarning, NumericalWarning, SeparationWarning, check_positive, fail
+from .base import FitResult, Fitter
+from .derivatives import PassSums, flat_parameters, parameter_names, set_flat_parameters
+
+__all__ = ["StepFitter"]
+
+
+class StepFitter(Fitter):
+    """Base of the pass-based iterative solvers (see the module docstring).
+
+    Subclasses set ``name``, ``curvature`` (what a pass accumulates: ``None``,
+    ``"full"``, ``"expected"``, ``"diag"``, ``"hvp"``) and implement
+    :meth:`direction`.
+
+    Args:
+        model: a ``GeneralizedLinearModel``; fitted in place (its parameters are
+            the starting point and hold the best accepted point after every pass).
+        max_iter: maximum number of accepted steps.
+        tol: Newton-decrement tolerance, relative to ``max(1, |E|)``.
+        gtol: gradient tolerance on ``||g||_inf``.
+        dtype: computation dtype (batches are cast per pass when they differ).
+        armijo: sufficient-decrease constant ``c``.
+        max_halvings: consecutive rejected trials before the line search gives up.
+        detect_separation: watch unpenalized classifiers for separation.
+        saturation: per-sample loss below which a fitted probability counts as
+            numerically 0 or 1.
+    """
+
+    name = ""
+    curvature: str | None = None
+    default_max_iter = 100
+    #: ``None``: compute in the model's dtype.
+    default_dtype: torch.dtype | None = None
+    #: whether the separation test applies (it reads Newton-type steps).
+    watches_separation = False
+    #: ``False``: accept every trial that stays in the link's domain (a fixed step).
+    line_search = True
+
+    def __init__(self, model, max_iter: int | None = None, tol: float = 1e-12,
+                 gtol: float = 1e-10, dtype: torch.dtype | None = None, armijo: float = 1e-4,
+                 max_halvings: int = 40, detect_separation: bool = True,
+                 saturation: float = 1e-10):
+        max_iter = self.default_max_iter if max_iter is None else max_iter
+        if not isinstance(max_iter, int) or max_iter < 0:
+            raise fail("max_iter", "a non-negative integer", max_iter)
+        check_positive("tol", tol, allow_zero=True)
+        check_positive("gtol", gtol, allow_zero=True)
+        check_positive("armijo", armijo)
+        if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+            raise fail("dtype", "a floating-point torch.dtype", dtype)
+        self.model = model
+        self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
+        self.armijo, self.max_halvings = armijo, max_halvings
+        self.dtype = dtype or self.default_dtype or model.linear.weight.dtype
+        self.detect_separation = (detect_separation and self.watches_separation
+                                  and model.l2 == 0 and model.family.is_classifier)
+        self.saturation = saturation
+        self.theta = flat_parameters(model, self.dtype).to(model.linear.weight.device)
+        self.result = FitResult(solver=self.name)
+        self.done = False
+        self.n_passes = 0
+        self.base: PassSums | None = None
+        self.base_theta: torch.Tensor | None = None
+        self.delta: torch.Tensor | None = None
+        self.decrement: float | None = None
+        self.t = 1.0
+        self.slope = 0.0
+        self.n_rejected = 0
+        self.restarted = False
+        self.notes: dict[str, int] = {}
+        self.sep_streak = 0
+        self.prev_delta: torch.Tensor | None = None
+
+    # -- the pass hooks -------------------------------------------------------
+    def start_pass(self) -> None:
+        self.sums = PassSums(self.model, self.theta, self.curvature, self.saturation)
+
+    def accumulate(self, batch) -> None:
+        self.sums.add(batch)
+
+    def end_pass(self) -> bool:
+        if self.done:
+            return True
+        s = self.sums.finish()
+        self.n_passes += 1
+        loss = float(s.loss)
+        ok = s.n_invalid == 0 and math.isfinite(loss)
+        if self.base is None:
+            if ok:
+                self._accept(s, 0.0)
+            else:
+                self._restart_or_fail(s)
+            return self.done
+        f0 = float(self.base.loss)
+        if ok and (not self.line_search or loss <= f0 + self.armijo * self.t * self.slope):
+            self._accept(s, self.t)
+        elif (ok and loss <= f0 + 8 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
+              and float(s.grad.norm()) < float(self.base.grad.norm())):
+            # E changes below its rounding: accept when the gradient shrank instead.
+            self._accept(s, self.t)
+        else:
+            self._reject(s)
+        return self.done
+
+    # -- subclass hook ----------------------------------------------------------
+    def direction(self, s: PassSums) -> tuple[torch.Tensor, float | None]:
+        """The search direction at the accepted point and the Newton decrement
+        ``lambda^2`` (``None`` when the solver has no curvature model)."""
+        raise NotImplementedError
+
+    def initial_step(self) -> float:
+        """The first trial step along a new direction (1 for Newton-type steps)."""
+        return 1.0
+
+    def on_accept(self, s: PassSums, step: float) -> None:
+        """Called with the accepted sums before the new direction (L-BFGS memory)."""
+
+    def redirect(self) -> bool:
+        """When no step along the current direction can be verified, try another
+        direction from the accepted point (coordinate descent's next coordinate).
+        Return False when there is none: the fit then ends at working precision."""
+        return False
+
+    def set_direction(self, delta: torch.Tensor) -> None:
+        """Search along ``delta`` from the accepted point, starting at ``initial_step``."""
+        self.delta = delta
+        self.slope = float(self.base.grad @ delta)
+        self.n_rejected = 0
+        self.t = self.initial_step()
+        self.theta = self.base_theta + self.t * self.delta
+
+    # -- steps ------------------------------------------------------------------
+    def _accept(self, s: PassSums, step: float) -> None:
+        self.on_accept(s, step)
+        self.base, self.base_theta = s, self.theta
+        set_flat_parameters(self.model, self.theta)
+        if step > 0:
+            self.result.n_iter += 1
+        self.n_rejected = 0
+        grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
+        delta, dec = self.direction(s)
+        self.delta, self.decrement = delta, dec
+        loss = float(s.loss)
+        self.result.history.append({
+            "iteration": self.result.n_iter, "loss": loss, "grad_norm": grad_norm,
+            "newton_decrement": math.nan if dec is None else math.sqrt(max(dec, 0.0)),
+            "step_size": step, "passes": self.n_passes,
+        })
+        scale = max(1.0, abs(loss))
+        if grad_norm <= self.gtol:
+            return self._finish(True, f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}")
+        if dec is not None and dec / 2 <= self.tol * scale:
+            return self._finish(True, f"Newton decrement lambda^2/2 = {dec / 2:.3g} <= tol*max(1,|E|)")
+        if self.detect_separation and self._check_separation(s, delta, step):
+            return None
+        if self.result.n_iter >= self.max_iter:
+            return self._finish(False, f"max_iter={self.max_iter} reached (gradient norm "
+                                       f"{grad_norm:.3g})", warn=True)
+        self.slope = float(s.grad @ delta)
+        if not self.slope < 0:
+            # Not a descent direction (rounding in a near-singular model): fall back to -g.
+            self._note("the search direction was not a descent direction; used -gradient")
+            self.delta = -s.grad
+            self.slope = -float(s.grad @ s.grad)
+        self.t = self.initial_step()
+        self.theta = self.base_theta + self.t * self.delta
+
+    def _reject(self, s: PassSums) -> None:
+        self.n_rejected += 1
+        f0 = float(self.base.loss)
+        rounding = 10 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
+        stalled = (s.n_invalid == 0 and -self.t * self.slope <= rounding
+                   and (self.decrement is not None or self.n_rejected >= 5))
+        if stalled and self.redirect():
+            return None
+        if stalled:
+            # The predicted decrease is below the rounding of E: no step can be verified
+            # (at once for Newton-type steps, whose full step predicts it; first-order
+            # steps first get a few halvings).
+            grad_norm = float(self.base.grad.abs().max())
+            return self._finish(True, f"converged to working precision ({self.dtype}): predicted "
+                                      f"decrease below rounding, gradient norm {grad_norm:.3g}")
+        if self.n_rejected > self.max_halvings:
+            why = "eta left the link's domain" if s.n_invalid else "no sufficient decrease"
+            return self._finish(False, f"line search failed after {self.max_halvings} halvings "
+                                       f"({why})", warn=True)
+        self.t *= 0.5
+        self.theta = self.base_theta + self.t * self.delta
+
+    def _restart_or_fail(self, s: PassSums) -> None:
+        """The starting point is outside the link's domain: start from the
+        intercept-only fit ``b = g(mean(y))``, ``W = 0`` (once)."""
+        model = self.model
+        if self.restarted or model.linear.bias is None or model.family.multi_output:
+            return self._finish(False, "the starting point gives eta outside the link's domain "
+                                       "or a non-finite loss", warn=True)
+        self.restarted = True
+        ybar = s.y_sum / s.weight_sum
+        b = model.family.link.link(ybar.reshape(1))
+        theta = torch.zeros_like(self.theta)
+        theta[-1] = b[0]
+        self.theta = theta
+
+    def stop(self, message: str) -> None:
+        """End the fit now (e.g. a Trainer's epoch limit): not converged, with a warning."""
+        if not self.done:
+            self._finish(False, message, warn=True)
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            warnings.warn(f"{self.name}: {text}", NumericalWarning, stacklevel=4)
+        self.notes[text] = self.notes.get(text, 0) + 1
+
+    def _check_separation(self, s: PassSums, delta: torch.Tensor, step: float) -> bool:
+        """Separation: samples with fitted probabilities numerically 0 or 1, and full
+        steps that keep the same direction and do not shrink (for a finite
+        optimum, Newton steps shrink quadratically). Three such steps in a row
+        end the fit with a :class:`~torchglm.SeparationWarning`."""
+        prev, self.prev_delta = self.prev_delta, delta
+        if s.n_saturated == 0 or prev is None or step < 1.0:
+            self.sep_streak = 0
+            return False
+        dn, pn = float(delta.norm()), float(prev.norm())
+        cos = float(delta @ prev) / max(dn * pn, 1e-300)
+        self.sep_streak = self.sep_streak + 1 if (dn >= 0.5 * pn and cos >= 0.9) else 0
+        if self.sep_streak < 3:
+            return False
+        direction = delta / dn
+        names = parameter_names(self.model)
+        big = (direction.abs() >= 0.1 * direction.abs().max()).nonzero().flatten().tolist()
+        big.sort(key=lambda i: -abs(float(direction[i])))
+        coefs = {names[i]: round(float(direction[i]), 4) for i in big}
+        # Perfect separation drives the whole loss to 0 (geometrically, along Newton
+        # steps); quasi-complete separation leaves the loss of the overlapping samples.
+        losses = [h["loss"] for h in self.result.history[-2:]]
+        kind = "perfect" if losses[-1] < 0.9 * losses[0] else "quasi-complete"
+        info = {"kind": kind, "n_saturated": s.n_saturated, "n_samples": s.n_samples,
+                "direction": direction.detach().cpu(), "coefficients": coefs}
+        self.result.extra["separation"] = info
+        msg = (f"{kind} separation: {s.n_saturated} of {s.n_samples} samples have fitted "
+               f"probabilities numerically 0 or 1 and the coefficients diverge along "
+               f"{coefs}; the unpenalized maximum-likelihood estimate does not exist. "
+               f"Fit with an L2 penalty (l2 > 0, e.g. l2=1e-4) for finite coefficients.")
+        warnings.warn(msg, SeparationWarning, stacklevel=4)
+        self._finish(False, msg)
+        return True
+
+    def _finish(self, converged: bool, message: str, warn: bool = False) -> None:
+        self.done = True
+        r = self.result
+        r.converged, r.message = converged, message
+        base = self.base
+        if base is not None:
+            set_flat_parameters(self.model, self.base_theta)
+            r.extra.update(loss=float(base.loss), grad=base.grad.detach(),
+                           hessian=None if base.hess is None else base.hess.detach())
+        r.extra.update(passes=self.n_passes, dtype=str(self.dtype),
+                       numerical_warnings=dict(self.notes))
+        if warn:
+            warnings.warn(f"{self.name}: {message}", ConvergenceWarning, stacklevel=4)

@@ -121,7 +121,8 @@ class Vocabulary:
                 cols.append(k)
                 vals.append(counts[k])
         indices = torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)
-        z = torch.sparse_coo_tensor(indices, torch.tensor(vals, dtype=dtype), (n, len(self)))
+        z = torch.sparse_coo_tensor(indices, torch.tensor(vals, dtype=dtype), (n, len(self)),
+                                    check_invariants=True)
         z = z.coalesce()
         if layout == "dense":
             return z.to_dense()

@@ -39,7 +39,7 @@ __all__ = [
     "weight_norm_paths",
 ]
 
-#: one colour per class (class 0 blue, class 1 red, as in Bishop's figures).
+#: one colour per class label (C_0 blue, C_1 red, ...).
 CLASS_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", "tab:brown")
 #: default resolution of saved PNGs (small files for the repository).
 DPI = 90
@@ -100,12 +100,13 @@ def posterior_on_grid(model, points: torch.Tensor, basis: Callable | None = None
     return np.stack([1 - p, p], 1) if p.ndim == 1 else p
 
 
-def _scatter(ax, x, y, n_classes: int, s: float = 14) -> None:
+def _scatter(ax, x, y, n_classes: int, s: float = 14, alpha: float = 1.0) -> None:
+    # Label k is class C_k (binary models give p(C_1|x), as in the GLM docstrings).
     x, y = _numpy(x), _numpy(y).astype(int)
     for k in range(n_classes):
         m = y == k
         ax.scatter(x[m, 0], x[m, 1], s=s, c=CLASS_COLORS[k % len(CLASS_COLORS)],
-                   edgecolors="k", linewidths=0.4, label=f"$C_{k + 1}$")
+                   edgecolors="k", linewidths=0.4, alpha=alpha, label=f"$C_{k}$")
 
 
 def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | None = None,
@@ -150,7 +151,7 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
             fig.colorbar(im, ax=ax, label=r"$p(C_1\,|\,x)$")
     else:
         colors = np.array([to_rgb(CLASS_COLORS[k % len(CLASS_COLORS)]) for k in range(K)])
-        rgb = 1.0 - 0.6 * (p @ (1.0 - colors))  # tinted towards white, weighted by p
+        rgb = 1.0 - 0.45 * (p @ (1.0 - colors))  # tinted towards white, weighted by p
         ax.imshow(rgb.reshape(*shape, 3), origin="lower", extent=extent, aspect="auto")
         for k in range(K):
             others = np.delete(p, k, axis=1).max(1)
@@ -192,9 +193,9 @@ def class_conditional_densities(log_density: Callable[[torch.Tensor], torch.Tens
         d = dens[:, k].reshape(xx.shape)
         levels = np.linspace(0, d.max(), n_levels + 2)[1:-1]
         ax.contour(xx, yy, d, levels=levels, colors=CLASS_COLORS[k % len(CLASS_COLORS)],
-                   linewidths=1.2)
+                   linewidths=1.4, zorder=3)
     if y is not None:
-        _scatter(ax, x, y, max(dens.shape[1], int(_numpy(y).max()) + 1), s=8)
+        _scatter(ax, x, y, max(dens.shape[1], int(_numpy(y).max()) + 1), s=8, alpha=0.35)
     ax.set_xlim(xx.min(), xx.max())
     ax.set_ylim(yy.min(), yy.max())
     ax.set_xlabel("$x_1$")
@@ -279,39 +280,52 @@ def reliability_diagram(y: torch.Tensor, proba: torch.Tensor | Mapping[str, torc
 
 def solver_convergence(histories: Mapping[str, Sequence[Mapping[str, float]]],
                        optimum: float | None = None, keys: Sequence[str] = ("loss", "grad_norm"),
-                       title: str | None = None) -> Figure:
+                       title: str | None = None, logx: bool = False) -> Figure:
     """Objective gap and gradient norm per iteration for several solvers on one problem.
 
     Args:
         histories: solver name -> ``FitResult.history`` (one dict per iteration).
         optimum: the reference minimum ``E*`` of the objective; the first panel then
-            shows ``E(w_k) - E*`` on a log scale (points at or below the reference,
-            i.e. converged to machine precision, are not drawn). ``None`` draws the
+            shows ``E(w_k) - E*`` on a log scale. Gaps below the rounding level of
+            ``E`` in float64, ``4 eps max(1, |E*|)``, are drawn on that level (a dotted
+            line): they are the optimum to working precision. ``None`` draws the
             objective itself.
         keys: history entries to draw, one panel each; the first is the objective.
         title: figure title.
+        logx: logarithmic iteration axis (drawn at ``k + 1``), so a solver that
+            needs 10 steps and one that needs 1000 are both readable.
 
     Raises:
         InputError: if a history lacks one of ``keys``.
     """
     fig, axes = plt.subplots(1, len(keys), figsize=(4.8 * len(keys), 3.8), squeeze=False)
-    for name, hist in histories.items():
+    floor = 4 * np.finfo(np.float64).eps * max(1.0, abs(optimum)) if optimum is not None else 0.0
+    styles = [dict(marker="o", ls="-"), dict(marker="x", ls="--"), dict(marker="s", ls=":"),
+              dict(marker="^", ls="-.")]
+    for i, (name, hist) in enumerate(histories.items()):
         for j, (key, ax) in enumerate(zip(keys, axes[0])):
             if any(key not in h for h in hist):
                 raise fail(f"histories['{name}']", f"a '{key}' entry in every iteration",
                            sorted(hist[0]) if hist else "an empty history")
             v = np.array([float(h[key]) for h in hist])
-            it = np.arange(len(v))
+            it = np.arange(len(v)) + (1 if logx else 0)
             if j == 0 and optimum is not None:
-                v = v - optimum
+                v = np.maximum(v - optimum, floor)
             keep = v > 0
-            ax.semilogy(it[keep], v[keep], "o-" if len(v) < 40 else "-", ms=3, label=name)
+            style = dict(styles[i % len(styles)])
+            if len(v) > 40:
+                style["marker"] = None
+            ax.plot(it[keep], v[keep], ms=4, label=name, **style)
     for j, (key, ax) in enumerate(zip(keys, axes[0])):
         label = key.replace("_", " ")
         if j == 0 and optimum is not None:
             label = f"{label} $-$ optimum"
+            ax.axhline(floor, c="0.5", ls=":", lw=1, label="rounding level of $E$")
+        ax.set_yscale("log")
+        if logx:
+            ax.set_xscale("log")
         ax.set_ylabel(label)
-        ax.set_xlabel("iteration")
+        ax.set_xlabel("iteration + 1" if logx else "iteration")
         ax.grid(True, which="major", alpha=0.3)
         ax.legend(fontsize=8)
     if title:

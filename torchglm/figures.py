@@ -1,0 +1,321 @@
+"""The lecture's figures, reproduced from real fits.
+
+Run ``python -m torchglm.figures [NAME|all] --out DIR [--quick]``; each figure is
+one function in :data:`FIGURES` that fits the models it shows, writes
+``DIR/<name>.png`` and returns the numbers it measured (printed as JSON):
+
+* ``gda_shared``         two Gaussian classes with one shared covariance: the
+  class-conditional densities and the sigmoidal posterior (seed 000);
+* ``qda_three_classes``  three classes with different covariances: quadratic
+  boundaries (seed 000);
+* ``basis_moons_xor``    moons and XOR: linear logistic regression fails, the same
+  model on a Gaussian RBF basis separates them (seed 004);
+* ``separable_weight_norm``  separable data: unregularized maximum likelihood drives
+  ``||w||`` to infinity and the sigmoid to a step, L2 keeps it finite (seed 004);
+* ``solver_convergence`` gradient descent, Newton and IRLS on one logistic problem:
+  the objective gap per iteration on a log scale (seeds 000, 002, 003);
+* ``bayes_predictive``   MAP against the Laplace predictive far from the data
+  (seed 000, "Bayesian logistic regression").
+
+``--quick`` shrinks data and iteration budgets so the whole set runs in seconds
+(the tests use it); the committed PNGs under ``docs/figures`` come from the full run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import warnings
+from typing import Callable
+
+import torch
+
+from . import plotting
+from ._validation import ConvergenceWarning, fail
+from .basis import GaussianRBF
+from .data.batches import TensorBatches
+from .data.datasets import gaussian_classes, load_dataset, moons, xor
+from .models import LogisticRegression
+from .models.discriminant import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
+from .plotting import plt, save_figure
+from .solvers.base import run_passes
+
+__all__ = ["FIGURES", "make_figure", "main"]
+
+
+def _tensors(ds) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.as_tensor(ds.x, dtype=torch.float64), torch.as_tensor(ds.y).long()
+
+
+def _accuracy(model, x, y) -> float:
+    with torch.no_grad():
+        return float((model.predict(x) == y).double().mean())
+
+
+# -- 1. two Gaussian classes, shared covariance ----------------------------------------
+
+def gda_shared(out: str, quick: bool = False) -> dict:
+    """Seed 000, GDA with a shared covariance: ``p(x|C_k) = N(mu_k, Sigma)`` gives
+    ``p(C_1|x) = sigma(w^T x + w_0)`` with ``w = Sigma^{-1}(mu_1 - mu_2)``.
+
+    Left: the fitted class-conditional densities with the data; middle: the
+    posterior ``p(C_1|x)``, a sigmoid of a linear function, so the boundary is a
+    line; right: along the line through the two fitted means, the joint densities
+    ``p(x|C_k) p(C_k)`` and the posterior, with logistic regression's posterior
+    fitted discriminatively to the same data for comparison.
+    """
+    ds = gaussian_classes(n_samples=120 if quick else 400, n_classes=2,
+                          means=[[-0.8, 0.3], [0.8, -0.3]],
+                          covariances=[[[1.0, 0.6], [0.6, 1.0]]] * 2, seed=0)
+    x, y = _tensors(ds)
+    gda = LinearDiscriminantAnalysis(2, 2)
+    gda.fit(x, y)
+    logit = LogisticRegression(2)
+    logit.fit(x, y, solver="newton")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    plotting.class_conditional_densities(gda.class_log_likelihood, x, y, ax=axes[0],
+                                         title=r"fitted $p(x\,|\,C_k)$, shared $\Sigma$")
+    plotting.decision_regions(gda, x, y, ax=axes[1],
+                              title=r"GDA posterior $p(C_1\,|\,x)$: linear boundary")
+    m0, m1 = gda.means[0], gda.means[1]
+    u = (m1 - m0) / torch.linalg.norm(m1 - m0)
+    t = torch.linspace(-4.0, 4.0, 400, dtype=torch.float64)
+    line = 0.5 * (m0 + m1) + t[:, None] * u
+    with torch.no_grad():
+        joint = torch.exp(gda.class_log_likelihood(line) + gda.log_prior)
+        post = gda.predict_proba(line)[:, 1]
+        post_lr = logit.predict_proba(line)
+    ax = axes[2]
+    for k in range(2):
+        ax.plot(t, joint[:, k], c=plotting.CLASS_COLORS[k], label=fr"$p(x|C_{k})p(C_{k})$")
+    ax.set_xlabel(r"position along $\mu_1 - \mu_0$")
+    ax.set_ylabel("density")
+    tw = ax.twinx()
+    tw.plot(t, post, c="k", lw=2, label=r"GDA $p(C_1\,|\,x)$")
+    tw.plot(t, post_lr, c="k", ls="--", lw=1.2, label=r"logistic regression")
+    tw.set_ylim(-0.02, 1.02)
+    tw.set_ylabel(r"$p(C_1\,|\,x)$")
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = tw.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, fontsize=8, loc="center left")
+    ax.set_title("densities and the sigmoidal posterior along the means")
+    fig.tight_layout()
+    path = save_figure(fig, os.path.join(out, "gda_shared.png"))
+    return {"png": path, "gda_train_accuracy": _accuracy(gda, x, y),
+            "logistic_train_accuracy": _accuracy(logit, x, y)}
+
+
+# -- 2. three classes, different covariances -----------------------------------------------
+
+def qda_three_classes(out: str, quick: bool = False) -> dict:
+    """Seed 000, GDA with one covariance per class: the log-odds are quadratic in
+    ``x``, so the boundaries are conics. Left: the fitted densities; middle: the
+    QDA posterior and boundaries; right: the same data with one shared covariance
+    (linear boundaries), for contrast."""
+    means = [[-2.0, 0.0], [2.0, 0.0], [0.0, 2.5]]
+    covs = [[[0.4, 0.0], [0.0, 0.4]], [[2.0, 0.9], [0.9, 0.8]], [[0.5, -0.3], [-0.3, 1.6]]]
+    ds = gaussian_classes(n_samples=150 if quick else 600, n_classes=3, means=means,
+                          covariances=covs, seed=1)
+    x, y = _tensors(ds)
+    qda = QuadraticDiscriminantAnalysis(2, 3)
+    qda.fit(x, y)
+    lda = LinearDiscriminantAnalysis(2, 3)
+    lda.fit(x, y)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    plotting.class_conditional_densities(qda.class_log_likelihood, x, y, ax=axes[0],
+                                         title=r"fitted $p(x\,|\,C_k)$, one $\Sigma_k$ per class")
+    plotting.decision_regions(qda, x, y, ax=axes[1],
+                              title=f"QDA: quadratic boundaries (train acc {_accuracy(qda, x, y):.3f})")
+    plotting.decision_regions(lda, x, y, ax=axes[2],
+                              title=f"shared $\\Sigma$: linear boundaries (train acc {_accuracy(lda, x, y):.3f})")
+    fig.tight_layout()
+    path = save_figure(fig, os.path.join(out, "qda_three_classes.png"))
+    return {"png": path, "qda_train_accuracy": _accuracy(qda, x, y),
+            "lda_train_accuracy": _accuracy(lda, x, y)}
+
+
+# -- 3. moons and XOR: a Gaussian basis makes them separable -----------------------------------
+
+#: the RBF setting of the figure and of ``tests/test_basis.py``.
+RBF_CENTERS, RBF_L2 = 16, 1e-3
+
+
+def basis_moons_xor(out: str, quick: bool = False) -> dict:
+    """Seed 004: logistic regression on ``phi(x)``, 16 Gaussian RBFs with k-means
+    centers (crosses), against the same model on ``x``; test accuracy on fresh draws
+    in each title. Both fitted by Newton's method on mean NLL + (l2/2)||w||^2."""
+    n_train, n_test = (150, 300) if quick else (400, 2000)
+    data = {"moons (noise 0.2)": lambda n, s: moons(n, noise=0.2, seed=s),
+            "XOR (noise 0.4)": lambda n, s: xor(n, noise=0.4, seed=s)}
+    fig, axes = plt.subplots(2, 2, figsize=(10.5, 8.4))
+    result = {}
+    for row, (name, make) in enumerate(data.items()):
+        x, y = _tensors(make(n_train, 0))
+        x_test, y_test = _tensors(make(n_test, 1))
+        linear = LogisticRegression(2, l2=RBF_L2)
+        linear.fit(x, y, solver="newton")
+        rbf = GaussianRBF(RBF_CENTERS, seed=0).fit(x)
+        model = LogisticRegression(rbf.out_features(2), l2=RBF_L2)
+        model.fit(rbf(x), y, solver="newton")
+        acc_lin = _accuracy(linear, x_test, y_test)
+        acc_rbf = _accuracy(model, rbf(x_test), y_test)
+        key = name.split()[0].lower()
+        result[f"{key}_linear_test_accuracy"] = acc_lin
+        result[f"{key}_rbf_test_accuracy"] = acc_rbf
+        plotting.decision_regions(linear, x, y, ax=axes[row, 0],
+                                  title=f"{name}, linear: test acc {acc_lin:.3f}")
+        plotting.decision_regions(model, x, y, basis=rbf, ax=axes[row, 1],
+                                  title=f"{name}, {RBF_CENTERS} Gaussian RBFs: test acc {acc_rbf:.3f}")
+        c = rbf.centers.numpy()
+        axes[row, 1].scatter(c[:, 0], c[:, 1], marker="x", c="k", s=40, linewidths=1.5,
+                             label="RBF centers")
+    fig.tight_layout()
+    result["png"] = save_figure(fig, os.path.join(out, "basis_moons_xor.png"))
+    result["n_train"], result["n_test"] = n_train, n_test
+    return result
+
+
+# -- 4. separable data: ||w|| -> infinity without L2 ----------------------------------------------
+
+def _separable_1d(n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(n) % 2
+    # |x| >= 0.2 on the side of each class: separated by the gap (-0.2, 0.2).
+    x = (0.2 + 2.3 * torch.rand(n, generator=g, dtype=torch.float64)) * (2.0 * y - 1.0)
+    return x[:, None], y
+
+
+def _gradient_descent_path(model, x, y, n_iter: int, lr: float) -> tuple[list, list]:
+    """Fixed-step gradient descent ``w <- w - lr grad E(w)`` (the library's ``gd``
+    fitter, seed 004's loop) driven one pass at a time; ``||w||`` and ``(w, b)`` are
+    recorded after every pass (pass ``k + 1`` leaves the model at step ``k``)."""
+    fitter = model.make_fitter("gd", lr=lr, max_iter=n_iter, gtol=0.0)
+    batches = TensorBatches(x, y)
+    norms, params = [], []
+    with warnings.catch_warnings():
+        # Stopping at max_iter is the point of the experiment, not a failure.
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        while not fitter.done:
+            run_passes(fitter, batches, max_passes=1)
+            w = model.linear.weight.detach()
+            norms.append(float(torch.linalg.norm(w)))
+            params.append((float(w[0, 0]), float(model.linear.bias.detach()[0])))
+    return norms, params
+
+
+def separable_weight_norm(out: str, quick: bool = False) -> dict:
+    """Seed 004, "ML solution can over-fit": on linearly separable data the
+    likelihood keeps growing as ``||w||`` grows, so gradient descent drives ``||w||``
+    to infinity and ``sigma(w x + b)`` to a step; the penalty ``(l2/2) w^2`` (a
+    Gaussian prior, seed 003) gives a finite minimizer. Left: ``||w||`` per
+    gradient-descent iteration (log-scaled iterations: unpenalized, ``||w||`` grows
+    like ``log t``); right: the fitted sigmoid at several iterations."""
+    n_iter = 200 if quick else 10000
+    x, y = _separable_1d(40)
+    lr = 2.0
+    paths, params = {}, {}
+    for name, l2 in (("no penalty (ML)", 0.0), ("L2, l2 = 0.01", 0.01)):
+        model = LogisticRegression(1, l2=l2)
+        paths[name], params[name] = _gradient_descent_path(model, x, y, n_iter, lr)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    plotting.weight_norm_paths(paths, ax=axes[0], title=r"$\|w\|$ per gradient-descent step")
+    axes[0].set_xscale("symlog", linthresh=10)
+    ax = axes[1]
+    grid = torch.linspace(-3.0, 3.0, 500, dtype=torch.float64)
+    ml = params["no penalty (ML)"]
+    checkpoints = sorted({min(k, len(ml) - 1) for k in (10, 100, 1000, n_iter)})
+    cmap = plt.get_cmap("Reds")
+    for i, k in enumerate(checkpoints):
+        w, b = ml[k]
+        ax.plot(grid, torch.sigmoid(w * grid + b), c=cmap(0.35 + 0.65 * i / max(len(checkpoints) - 1, 1)),
+                label=f"ML, step {k}: $w$ = {w:.1f}")
+    w, b = params["L2, l2 = 0.01"][-1]
+    ax.plot(grid, torch.sigmoid(w * grid + b), c="tab:blue", ls="--", lw=2,
+            label=f"L2, step {len(params['L2, l2 = 0.01']) - 1}: $w$ = {w:.1f}")
+    ax.scatter(x[:, 0], y.double(), c=[plotting.CLASS_COLORS[int(k)] for k in y], s=14,
+               edgecolors="k", linewidths=0.4, zorder=3)
+    ax.set_xlabel("$x$")
+    ax.set_ylabel(r"$p(C_1\,|\,x) = \sigma(wx + b)$")
+    ax.legend(fontsize=8, loc="center right")
+    ax.set_title("separable data: the ML sigmoid becomes a step")
+    fig.tight_layout()
+    path = save_figure(fig, os.path.join(out, "separable_weight_norm.png"))
+    return {"png": path, "iterations": n_iter, "lr": lr,
+            "final_norm_ml": paths["no penalty (ML)"][-1], "final_norm_l2": paths["L2, l2 = 0.01"][-1],
+            "norm_ml_at": {str(k): paths["no penalty (ML)"][k] for k in checkpoints}}
+
+
+# -- 5. gradient descent vs Newton vs IRLS ------------------------------------------------------
+
+def solver_convergence(out: str, quick: bool = False) -> dict:
+    """Seeds 000/002/003: the three solvers minimize the same objective, mean NLL +
+    (l2/2)||w||^2, on the standardized breast-cancer data (30 features). Newton and
+    IRLS (the same step written as weighted least squares) converge quadratically in
+    a handful of iterations; gradient descent with a fixed step converges linearly.
+    ``E*`` is the smallest objective any solver reached."""
+    ds = load_dataset("breast_cancer")
+    x, y = _tensors(ds)
+    x = (x - x.mean(0)) / x.std(0)
+    if quick:
+        x, y = x[:150], y[:150]
+    l2 = 1e-3
+    solvers = {"gradient descent": ("gd", 30 if quick else 5000), "Newton": ("newton", 50),
+               "IRLS": ("irls", 50)}
+    histories, iters = {}, {}
+    for label, (solver, max_iter) in solvers.items():
+        model = LogisticRegression(x.shape[1], l2=l2)
+        with warnings.catch_warnings():
+            # The quick run stops gradient descent early on purpose.
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            result = model.fit(x, y, solver=solver, max_iter=max_iter)
+        histories[label] = result.history
+        iters[solver] = result.n_iter
+    optimum = min(h["loss"] for hist in histories.values() for h in hist)
+    fig = plotting.solver_convergence(
+        histories, optimum=optimum, logx=True,
+        title=f"logistic regression, breast cancer (n={x.shape[0]}, d={x.shape[1]}, l2={l2})")
+    path = save_figure(fig, os.path.join(out, "solver_convergence.png"))
+    return {"png": path, "optimum": optimum, "n_iter": iters}
+
+
+FIGURES: dict[str, Callable[[str, bool], dict]] = {
+    "gda_shared": gda_shared,
+    "qda_three_classes": qda_three_classes,
+    "basis_moons_xor": basis_moons_xor,
+    "separable_weight_norm": separable_weight_norm,
+    "solver_convergence": solver_convergence,
+}
+
+
+def make_figure(name: str, out: str, quick: bool = False) -> dict:
+    """Fit, draw and save one figure; return what it measured."""
+    if name not in FIGURES:
+        raise fail("figure", f"'all' or one of {list(FIGURES)}", repr(name))
+    torch.manual_seed(0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        return FIGURES[name](out, quick)
+    finally:
+        torch.set_default_dtype(default)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m torchglm.figures",
+                                     description="Reproduce the lecture's figures from real fits.")
+    parser.add_argument("name", nargs="?", default="all", help=f"'all' or one of {list(FIGURES)}")
+    parser.add_argument("--out", default="docs/figures", help="output directory for the PNGs")
+    parser.add_argument("--quick", action="store_true", help="tiny data and iteration budgets")
+    args = parser.parse_args(argv)
+    names = list(FIGURES) if args.name == "all" else [args.name]
+    results = {}
+    for name in names:
+        results[name] = make_figure(name, args.out, args.quick)
+        print(json.dumps({name: results[name]}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -13,6 +13,7 @@ from sklearn.preprocessing import PolynomialFeatures
 
 from torchglm import InputError, LogisticRegression, NotFittedError
 from torchglm.basis import BASES, GaussianRBF, Polynomial, Sigmoidal, get_basis, kmeans
+from torchglm.solvers import fit
 
 # One data-dependent configuration per registered basis (the registry drives the tests).
 CONFIGS = {
@@ -178,17 +179,8 @@ def _moons(n, seed):
 
 
 def _fit(model, x, y):
-    # Full-batch L-BFGS on the library objective (mean NLL + l2/2 ||w||^2).
-    opt = torch.optim.LBFGS(model.parameters(), max_iter=500, tolerance_grad=1e-9,
-                            line_search_fn="strong_wolfe")
-
-    def closure():
-        opt.zero_grad()
-        loss = model.objective(x, y)
-        loss.backward()
-        return loss
-
-    opt.step(closure)
+    result = fit(model, x, y, solver="newton")  # mean NLL + (l2/2)||w||^2
+    assert result.converged
     return model
 
 

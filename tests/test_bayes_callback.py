@@ -50,7 +50,7 @@ def test_report_table_and_metrics(run_dir):
         assert set(row) == {"nll", "accuracy", "ece"}
     # the MAP row is the trained model's own test NLL and accuracy (an independent evaluation)
     assert report["test"]["MAP"]["nll"] == pytest.approx(metrics["test"]["nll"], rel=1e-6)  # torchmetrics: float32 sums
-    assert report["test"]["MAP"]["accuracy"] == pytest.approx(metrics["test"]["accuracy"], rel=1e-12)
+    assert report["test"]["MAP"]["accuracy"] == pytest.approx(metrics["test"]["accuracy"], rel=1e-6)
     assert report["mcmc"]["max_rhat"] < 1.05 and report["mcmc"]["num_chains"] == 2
     n_train = metrics["data"]["n_train"]
     assert report["prior"]["variance"] == pytest.approx(1 / (0.02 * n_train))

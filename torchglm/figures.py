@@ -35,6 +35,7 @@ import torch
 from . import plotting
 from ._validation import ConvergenceWarning, fail
 from .basis import GaussianRBF
+from .bayes import GaussianPrior, laplace_posterior, predictive
 from .data.batches import TensorBatches
 from .data.datasets import gaussian_classes, load_dataset, moons, xor
 from .models import LogisticRegression
@@ -280,12 +281,83 @@ def solver_convergence(out: str, quick: bool = False) -> dict:
     return {"png": path, "optimum": optimum, "n_iter": iters}
 
 
+# -- 6. MAP vs the Bayesian predictive far from the data -------------------------------------------
+
+class _LaplacePredictive:
+    """``predict_proba`` = the Laplace predictive ``sigma(kappa(sigma_a^2) mu_a)``."""
+
+    def __init__(self, model, posterior):
+        self.model, self.posterior = model, posterior
+
+    def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
+        return predictive(self.model, self.posterior, x, method="probit").proba
+
+
+def bayes_predictive(out: str, quick: bool = False) -> dict:
+    """Seed 000, "Bayesian logistic regression": the MAP plug-in ``sigma(w_MAP^T x)``
+    is as confident far from the data as near it, its contours parallel lines;
+    the predictive ``p(C_1|x, D) = int sigma(w^T x) p(w|D) dw`` under the Laplace
+    posterior ``N(w_MAP, H^{-1})`` (probit approximation ``sigma(kappa(sigma_a^2)
+    mu_a)``, Bishop PRML 4.5.2) moderates towards 1/2 where ``sigma_a^2 = x^T S x``
+    grows, so its contours fan out away from the training points. Prior
+    ``N(0, 4 I)`` on weights and bias; 30 training points.
+
+    Left and middle: the two posteriors on a window far larger than the data, with
+    contours at 0.1, 0.3, ..., 0.9. Right: both along the boundary's normal through
+    the data centre and through a point 8 units along the boundary.
+    """
+    ds = gaussian_classes(n_samples=30, n_classes=2, means=[[-1.0, -1.0], [1.0, 1.0]],
+                          covariances=[[[0.6, 0.0], [0.0, 0.6]]] * 2, seed=3)
+    x, y = _tensors(ds)
+    model = LogisticRegression(2)
+    post = laplace_posterior(model, (x, y), GaussianPrior(variance=4.0, bias_variance=4.0))
+    bayes = _LaplacePredictive(model, post)
+    limits = (-10.0, 10.0, -10.0, 10.0)
+    res = 80 if quick else 250
+    levels = (0.1, 0.3, 0.5, 0.7, 0.9)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    plotting.decision_regions(model, x, y, ax=axes[0], limits=limits, resolution=res, levels=levels,
+                              colorbar=False, title=r"MAP plug-in $\sigma(w_{MAP}^T x)$")
+    plotting.decision_regions(bayes, x, y, ax=axes[1], limits=limits, resolution=res, levels=levels,
+                              title=r"Laplace predictive $p(C_1\,|\,x, D)$")
+    w = model.linear.weight.detach()[0]
+    b = float(model.linear.bias.detach()[0])
+    normal = w / torch.linalg.norm(w)
+    along = torch.stack([-normal[1], normal[0]])
+    centre = x.mean(0)
+    centre = centre - ((w @ centre + b) / (w @ w)) * w  # its projection on the boundary
+    s = torch.linspace(-4.0, 4.0, 300, dtype=torch.float64)
+    ax = axes[2]
+    with torch.no_grad():
+        # The MAP curve depends only on the distance to its boundary: one curve.
+        ax.plot(s, model.predict_proba(centre + s[:, None] * normal), c="tab:red", lw=2,
+                label="MAP (the same on both lines)")
+        for offset, ls, where in ((0.0, "-", "through the data"), (8.0, "--", "8 along the boundary")):
+            pts = centre + offset * along + s[:, None] * normal
+            ax.plot(s, bayes.predict_proba(pts), c="k", ls=ls, label=f"Bayes, {where}")
+        far = centre + 8.0 * along + 2.0 * normal
+        near = centre + 2.0 * normal
+        p_far = float(bayes.predict_proba(far[None])[0])
+        p_near = float(bayes.predict_proba(near[None])[0])
+        p_map = float(model.predict_proba(far[None])[0])
+    ax.set_xlabel("signed distance from the MAP boundary")
+    ax.set_ylabel(r"$p(C_1\,|\,x)$")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, alpha=0.3)
+    ax.set_title("slices across the boundary")
+    fig.tight_layout()
+    path = save_figure(fig, os.path.join(out, "bayes_predictive.png"))
+    return {"png": path, "map_at_distance_2": p_map, "bayes_at_distance_2_near_data": p_near,
+            "bayes_at_distance_2_far_along_boundary": p_far}
+
+
 FIGURES: dict[str, Callable[[str, bool], dict]] = {
     "gda_shared": gda_shared,
     "qda_three_classes": qda_three_classes,
     "basis_moons_xor": basis_moons_xor,
     "separable_weight_norm": separable_weight_norm,
     "solver_convergence": solver_convergence,
+    "bayes_predictive": bayes_predictive,
 }
 
 

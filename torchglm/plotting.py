@@ -112,7 +112,7 @@ def _scatter(ax, x, y, n_classes: int, s: float = 14, alpha: float = 1.0) -> Non
 def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | None = None,
                      ax=None, resolution: int = 200, margin: float = 0.25,
                      limits: Sequence[float] | None = None, title: str | None = None,
-                     colorbar: bool = True) -> Figure:
+                     colorbar: bool = True, levels: Sequence[float] = (0.5,)) -> Figure:
     """Decision regions and posterior of a classifier on 2-D inputs, with the data.
 
     Binary models: a heat map of ``p(C_1|x)`` (blue 0 to red 1) with the boundary
@@ -133,6 +133,7 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
         limits: explicit ``(x0_min, x0_max, x1_min, x1_max)``.
         title: axes title.
         colorbar: add a ``p(C_1|x)`` colour bar (binary only).
+        levels: posterior contours drawn for binary models (the boundary 0.5 bold).
 
     Raises:
         InputError: if ``x`` is not (n, 2).
@@ -146,7 +147,11 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
     if K == 2:
         im = ax.imshow(p[:, 1].reshape(shape), origin="lower", extent=extent, aspect="auto",
                        cmap="RdBu_r", vmin=0.0, vmax=1.0, alpha=0.85)
-        ax.contour(xx, yy, p[:, 1].reshape(shape), levels=[0.5], colors="k", linewidths=1.5)
+        lv = sorted(levels)
+        cs = ax.contour(xx, yy, p[:, 1].reshape(shape), levels=lv, colors="k",
+                        linewidths=[1.5 if v == 0.5 else 0.7 for v in lv])
+        if len(lv) > 1:
+            ax.clabel(cs, fontsize=7, fmt="%.1f")
         if colorbar:
             fig.colorbar(im, ax=ax, label=r"$p(C_1\,|\,x)$")
     else:

@@ -102,9 +102,20 @@ class GLMTask(pl.LightningModule):
         self.fitter = None
         self.fit_result: FitResult | None = None
         self.feature_names: list[str] = []
-        self._loss_sum: torch.Tensor | None = None
-        self._n_steps = 0
+        # Running sums of the epoch's mini-batch losses, mutated in place: assigning a
+        # Module attribute every step goes through nn.Module.__setattr__.
+        self._epoch_loss: dict[str, Any] = {}
         self._history: list[dict[str, float]] = []
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Lightning sets `_current_fx_name` around every hook call (~44 times per
+        # training step); a plain string needs none of nn.Module.__setattr__'s
+        # parameter/buffer/submodule bookkeeping, which was the largest per-step
+        # cost of the Lightning loop in bench/sgd_epoch.py's profile.
+        if name == "_current_fx_name":
+            self.__dict__[name] = value
+        else:
+            super().__setattr__(name, value)
 
     # -- building ---------------------------------------------------------------
     def build(self, datamodule) -> None:
@@ -221,12 +232,17 @@ class GLMTask(pl.LightningModule):
         return {"optimizer": opt, "lr_scheduler": sched}
 
     def on_train_epoch_start(self) -> None:
-        self._loss_sum = torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device)
-        self._n_steps = 0
+        self._epoch_loss.update(
+            sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device), count=0)
         if not self.automatic_optimization:
             if self.fitter is None:
                 self.fitter = self.model.make_fitter(self.solver, **self.solver_options)
             self.fitter.start_pass()
+
+    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+        # A Batch is a flat tuple of tensors or None: move it directly instead of
+        # Lightning's generic recursive apply_to_collection (a per-step cost).
+        return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in batch))
 
     def training_step(self, batch: Batch, batch_idx: int):
         x = self._phi(batch.x)
@@ -234,11 +250,12 @@ class GLMTask(pl.LightningModule):
             self.fitter.accumulate(Batch(x, batch.y, batch.weight, batch.offset))
             return None
         loss = self.model.objective(x, batch.y, batch.weight, batch.offset)
-        self._loss_sum += loss.detach()
-        self._n_steps += 1
-        # Log the step loss only at the logger's interval: a self.log call per step
-        # is most of Lightning's per-step overhead (bench/sgd_epoch.py).
-        if self.global_step % self.trainer.log_every_n_steps == 0:
+        self._epoch_loss["sum"].add_(loss.detach())
+        self._epoch_loss["count"] += 1
+        # Log the step loss only at the logger's interval (Lightning writes step
+        # metrics when (steps done + 1) % log_every_n_steps == 0): a self.log call
+        # every step costs more than this model's whole step (bench/sgd_epoch.py).
+        if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
         return loss
 
@@ -255,7 +272,7 @@ class GLMTask(pl.LightningModule):
 
     def on_train_epoch_end(self) -> None:
         if self.automatic_optimization:
-            loss = self._loss_sum / max(self._n_steps, 1)
+            loss = self._epoch_loss["sum"] / max(self._epoch_loss["count"], 1)
             self.log("train/epoch_loss", loss)
             self._history.append({"loss": float(loss)})
         if self.train_metrics_enabled:

@@ -118,16 +118,17 @@ def _grid_posterior(x, y, lam, bias_var, center, half_width, n_grid=301):
     return mean, var
 
 
-def test_nuts_mean_and_variance_match_grid_integration():
+@pytest.mark.parametrize("chains,draws", [(2, 300), pytest.param(4, 1500, marks=pytest.mark.slow)])
+def test_nuts_mean_and_variance_match_grid_integration(chains, draws):
     x, y = _data("logistic", n=25, d=1, seed=3)
     model = LogisticRegression(1)
     prior = GaussianPrior(2.0, bias_variance=2.0)
     post = laplace_posterior(model, (x, y), prior)
     sd = post.covariance.diagonal().sqrt().numpy()
     mean, var = _grid_posterior(x, y, 2.0, 2.0, post.mean.numpy(), 8 * sd)
-    draws = sample_posterior(model, (x, y), post, num_chains=4, num_samples=500, warmup_steps=200, seed=0)
+    draws = sample_posterior(model, (x, y), post, num_chains=chains, num_samples=draws, warmup_steps=150, seed=0)
     diag = draws.diagnostics()
-    assert diag["max_rhat"] < 1.02 and diag["min_ess"] > 800
+    assert diag["max_rhat"] < 1.02 and diag["min_ess"] > 0.5 * chains * draws.samples.shape[1]
     ess = draws.ess.numpy()
     m_mc = draws.mean.numpy()
     v_mc = draws.covariance.diagonal().numpy()
@@ -143,8 +144,8 @@ def test_nuts_chains_agree_with_laplace_on_a_large_sample(kind):
     x, y = _data(kind, n=600, d=2, seed=4)
     model = MODELS[kind](2)
     post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
-    draws = sample_posterior(model, (x, y), post, num_chains=2, num_samples=300, warmup_steps=100)
-    assert draws.samples.shape == (2, 300, post.mean.numel())
+    draws = sample_posterior(model, (x, y), post, num_chains=2, num_samples=200, warmup_steps=100)
+    assert draws.samples.shape == (2, 200, post.mean.numel())
     assert draws.diagnostics()["max_rhat"] < 1.05
     sd = post.covariance.diagonal().sqrt()
     assert torch.all((draws.mean - post.mean).abs() < 0.35 * sd)
@@ -257,7 +258,7 @@ def test_laplace_evidence_matches_numerical_integration():
     x, y = _data("logistic", n=300, d=1, seed=9)
     model = LogisticRegression(1, fit_intercept=False)
     post = laplace_posterior(model, (x, y), GaussianPrior(2.0))
-    w = np.linspace(-10, 10, 200_001)
+    w = np.linspace(-6, 6, 24_001)
     eta = np.outer(w, x.numpy()[:, 0])
     loglik = (y.numpy() * eta - np.logaddexp(0, eta)).sum(1)
     logf = loglik - w ** 2 / 4.0 - 0.5 * math.log(2 * math.pi * 2.0)

@@ -268,3 +268,40 @@ def test_huge_logits_give_finite_training():
     val = trainer.validate(task, datamodule=dm, verbose=False)[0]
     # raw breast_cancer features reach ~4000: |eta| ~ 1e6, yet the loss stays finite
     assert np.isfinite(val["val/loss"]) and all(torch.isfinite(p).all() for p in task.parameters())
+
+
+def _solver_names():
+    from torchglm.solvers import SOLVERS
+
+    return sorted(SOLVERS)
+
+
+@pytest.mark.parametrize("solver", _solver_names())
+def test_every_solver_under_the_trainer_equals_solvers_fit(solver):
+    """One epoch = one pass: the Trainer drives the registry's fitter to the same
+    iterates as torchglm.solvers.fit on the same training split."""
+    from torchglm.solvers import fit
+
+    dm = GLMDataModule("breast_cancer", batch_size=100)
+    options = {"max_iter": 15}
+    task = GLMTask(partial(LogisticRegression, l2=1e-2), solver=solver, solver_options=options,
+                   train_metrics=False)
+    trainer = _trainer(max_epochs=50 * 15 + 10, limit_val_batches=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a capped solver warns ConvergenceWarning in both paths
+        trainer.fit(task, datamodule=dm)
+        ref = LogisticRegression(30, l2=1e-2)
+        x, y = dm.split("train")
+        result = fit(ref, x, y, solver=solver, batch_size=100, polish=False, **options)
+    assert task.fit_result.n_iter == result.n_iter
+    assert task.fit_result.converged == result.converged
+    torch.testing.assert_close(task.model.linear.weight, ref.linear.weight, rtol=1e-9, atol=1e-10)
+    torch.testing.assert_close(task.model.linear.bias, ref.linear.bias, rtol=1e-9, atol=1e-10)
+
+
+def test_unknown_solver_and_options_fail_at_build():
+    with pytest.raises(InputError, match="solver: expected one of"):
+        GLMTask(LogisticRegression, solver="bogus").build(GLMDataModule("breast_cancer"))
+    with pytest.raises(InputError, match="solver_options: expected options of the 'newton' solver"):
+        GLMTask(LogisticRegression, solver="newton", solver_options={"bogus": 1}).build(
+            GLMDataModule("breast_cancer"))

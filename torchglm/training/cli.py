@@ -236,10 +236,12 @@ def _one_line(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``train.py``; returns the exit status (0 ok, 2 bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    # Irrelevant here: pass-based fitters run without a torch optimizer, and the
-    # LeafSpec notice is Lightning's own use of a deprecated torch API.
+    # Irrelevant here: pass-based fitters run without a torch optimizer, the
+    # LeafSpec notice is Lightning's own use of a deprecated torch API, and the
+    # task's transfer_batch_to_device is meant to take precedence.
     warnings.filterwarnings("ignore", message=".*`configure_optimizers` returned `None`.*")
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+    warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     try:
         if args and args[0] == "predict":
             return _predict_main(args[1:])

@@ -20,6 +20,7 @@ Preprocessing travels with the checkpoint: the training split's standardization
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Iterable
 
 import pytorch_lightning as pl
@@ -28,7 +29,7 @@ from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from .._validation import check_positive, fail
+from .._validation import ConvergenceWarning, check_positive, fail
 from ..data.batches import Batch
 from ..solvers.base import FitResult
 from .metrics import GLMMetrics
@@ -145,6 +146,12 @@ class GLMTask(pl.LightningModule):
         self._make_metrics()
         if self.automatic_optimization:
             self._check_optimizer()
+        else:
+            # Built here, so an unknown solver or option fails before any output exists.
+            try:
+                self.fitter = model.make_fitter(self.solver, **self.solver_options)
+            except TypeError as err:
+                raise fail("solver_options", f"options of the '{self.solver}' solver", str(err)) from None
 
     def _add_preprocessing(self, mean: torch.Tensor, scale: torch.Tensor, names: list[str]) -> None:
         self.register_buffer("feature_mean", mean.clone())
@@ -235,8 +242,6 @@ class GLMTask(pl.LightningModule):
         self._epoch_loss.update(
             sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device), count=0)
         if not self.automatic_optimization:
-            if self.fitter is None:
-                self.fitter = self.model.make_fitter(self.solver, **self.solver_options)
             self.fitter.start_pass()
 
     def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
@@ -281,6 +286,14 @@ class GLMTask(pl.LightningModule):
 
     def on_train_end(self) -> None:
         self.model.mark_fitted()
+        if not self.automatic_optimization and not self.fitter.done:
+            # Never hide non-convergence: the trainer (max_epochs, early stopping)
+            # ended the fit before the solver's stopping rule held.
+            self.fit_result = self.fitter.result
+            self.fit_result.converged = False
+            self.fit_result.message = (f"stopped by the trainer after {self.current_epoch} passes, before "
+                                       f"the '{self.solver}' solver's stopping rule held")
+            warnings.warn(self.fit_result.message, ConvergenceWarning, stacklevel=2)
         if self.automatic_optimization:
             self.fit_result = FitResult(
                 solver=f"sgd ({type(self.trainer.optimizers[0]).__name__})",

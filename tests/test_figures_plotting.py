@@ -121,3 +121,14 @@ def test_solver_convergence_and_weight_norms(tmp_path):
         solver_convergence({"x": [{"loss": 1.0}]})
     paths = {"no L2": np.log1p(np.arange(100)), "L2": 1 - np.exp(-np.arange(100) / 10)}
     _assert_png_has_content(save_figure(weight_norm_paths(paths), tmp_path / "w.png"))
+
+
+def test_palette_png_looks_like_the_full_colour_one(tmp_path):
+    x, y = _data()
+    m = _model_with_weights([1.0, -0.5], 0.2)
+    full = mpimg.imread(save_figure(decision_regions(m, x, y, resolution=60), tmp_path / "a.png",
+                                    palette=False))[..., :3]
+    small = mpimg.imread(save_figure(decision_regions(m, x, y, resolution=60), tmp_path / "b.png"))[..., :3]
+    assert full.shape == small.shape
+    assert np.abs(full - small).mean() < 0.01
+    assert (tmp_path / "b.png").stat().st_size < (tmp_path / "a.png").stat().st_size

@@ -183,8 +183,10 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
 def _separable_1d(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
     y = torch.arange(n) % 2
-    # |x| >= 0.2 on the side of each class: separated by the gap (-0.2, 0.2).
-    x = (0.2 + 2.3 * torch.rand(n, generator=g, dtype=torch.float64)) * (2.0 * y - 1.0)
+    # Class 0 on x <= -0.1, class 1 on x >= 0.1, one point of each on the edge of
+    # the gap: the margin is 0.1, so ||w|| grows like log(t) / 0.1 (fast).
+    x = (0.1 + 2.4 * torch.rand(n, generator=g, dtype=torch.float64)) * (2.0 * y - 1.0)
+    x[:2] = torch.tensor([-0.1, 0.1], dtype=torch.float64)
     return x[:, None], y
 
 

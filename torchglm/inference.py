@@ -157,12 +157,12 @@ class GLMResults:
             lines.append(f"{a:<16}{b:>22}  {c:<20}{d:>18}")
         lines.append("=" * width)
         name_w = max(12, max(len(n) for n in self.names) + 1)
-        head = f"{'':<{name_w}}{'coef':>11}{'std err':>11}{stat:>9}{f'P>|{stat}|':>9}{lo:>12}{hi:>12}"
+        head = f"{'':<{name_w}}{'coef':>11}{'std err':>11}{stat:>9} {f'P>|{stat}|':>8}{lo:>12}{hi:>12}"
         lines += [head, "-" * max(width, len(head))]
         for i, n in enumerate(self.names):
             lines.append(
                 f"{n:<{name_w}}{_fmt(self.params[i]):>11}{_fmt(self.bse[i]):>11}"
-                f"{_fmt(self.statistic[i], 3):>9}{_fmt(self.pvalues[i], 3):>9}"
+                f"{_fmt(self.statistic[i], 3):>9} {_fmt_p(self.pvalues[i]):>8}"
                 f"{_fmt(self.conf_int[i, 0]):>12}{_fmt(self.conf_int[i, 1]):>12}"
             )
         lines.append("=" * max(width, len(head)))
@@ -233,6 +233,12 @@ def _fmt(v, digits: int = 4) -> str:
     if not math.isfinite(v):
         return "nan" if v != v else ("inf" if v > 0 else "-inf")
     return f"{v:.{digits}f}" if 1e-3 <= abs(v) < 1e6 or v == 0 else f"{v:.{digits}g}"
+
+
+def _fmt_p(v) -> str:
+    # statsmodels' table convention (3 decimals); to_dict() keeps the exact value
+    v = float(v)
+    return f"{v:.3f}" if math.isfinite(v) else "nan"
 
 
 def identifiability(info: torch.Tensor, tol: float = _RANK_TOL):
@@ -434,8 +440,8 @@ def glm_results(
         A :class:`GLMResults`.
 
     Raises:
-        InputError: for a multi-output family, missing or duplicated data, or an
-            unknown ``information``.
+        InputError: for a multi-output family, missing or duplicated data, an
+            unknown ``information``, or parameters where the Hessian is not finite.
 
     Example:
         >>> m = GeneralizedLinearModel(2, "poisson")
@@ -459,6 +465,9 @@ def glm_results(
 
     names = _coef_names(model, feature_names)
     _, _, H = hessian_and_gradient(model, batches, expected=information == "expected", dtype=dtype)
+    if not bool(torch.isfinite(H).all()):
+        raise fail("model", "parameters where the likelihood and its curvature are finite (a fitted model)",
+                   "a non-finite Hessian: eta lies outside the family's mean domain")
     device = H.device
     sums = _Sums(fam, dtype, device)
     for batch in batches:

@@ -158,6 +158,14 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
     "xor": xor,
 }
 
+# Data simulated from each single-output GLM family (``glm_poisson`` etc.; options:
+# link, n_samples, n_features, dispersion, seed). Imported here, after Dataset
+# exists, because simulate.glm_dataset builds Datasets.
+from .simulate import glm_dataset  # noqa: E402
+
+DATASETS.update({f"glm_{f}": partial(glm_dataset, f)
+                 for f in ("gaussian", "bernoulli", "binomial", "poisson", "gamma", "exponential")})
+
 
 def load_dataset(name: str, **options) -> Dataset:
     """Load a built-in dataset by name (see :data:`DATASETS`).

@@ -18,7 +18,7 @@ import torch
 from .._validation import fail
 from ..families import get_family
 
-__all__ = ["SimulatedGLM", "simulate_glm", "ETA_RANGE"]
+__all__ = ["SimulatedGLM", "simulate_glm", "glm_dataset", "ETA_RANGE"]
 
 #: (center w0, half-width r) of eta for each (family, link); the default is by link.
 ETA_RANGE: dict[tuple[str, str] | str, tuple[float, float]] = {
@@ -54,6 +54,7 @@ def simulate_glm(
     n_features: int = 3,
     dispersion: float | None = None,
     max_trials: int = 20,
+    trials: int | None = None,
     seed: int = 0,
 ) -> SimulatedGLM:
     """Draw ``(x, y)`` from a GLM with known coefficients.
@@ -66,6 +67,7 @@ def simulate_glm(
         dispersion: ``phi`` (Gaussian variance, Gamma ``1 / shape``); default
             0.25 for the Gaussian, 0.5 for the Gamma, 1 otherwise (fixed).
         max_trials: binomial trials per row are uniform on ``1..max_trials``.
+        trials: every binomial row has exactly this many trials instead.
         seed: seed of ``numpy.random.default_rng``.
 
     Returns:
@@ -102,7 +104,10 @@ def simulate_glm(
     elif name == "bernoulli":
         y = rng.binomial(1, mu).astype(np.int64)
     elif name == "binomial":
-        weight = rng.integers(1, max_trials + 1, size=n_samples).astype(np.float64)
+        if trials is not None:
+            weight = np.full(n_samples, float(trials))
+        else:
+            weight = rng.integers(1, max_trials + 1, size=n_samples).astype(np.float64)
         y = rng.binomial(weight.astype(np.int64), mu) / weight
     elif name == "poisson":
         y = rng.poisson(mu).astype(np.float64)
@@ -113,3 +118,25 @@ def simulate_glm(
     else:
         raise fail("family", "a family simulate_glm can draw from", repr(family))
     return SimulatedGLM(x, y, weight, coef, float(w0), float(phi))
+
+
+def glm_dataset(family: str, link: str | None = None, n_samples: int = 1000, n_features: int = 3,
+                dispersion: float | None = None, seed: int = 0):
+    """:func:`simulate_glm` as a built-in dataset (``source: glm_<family>`` in a config).
+
+    The data module has no weight column, so the binomial dataset has one trial
+    per row (proportions 0 or 1): its fit and standard errors are then exact.
+
+    Returns:
+        A :class:`torchglm.data.datasets.Dataset`; the true coefficients are in
+        its ``description``.
+    """
+    from .datasets import Dataset  # here: datasets.py registers this loader at import
+
+    sim = simulate_glm(family, link, n_samples, n_features, dispersion,
+                       trials=1 if family == "binomial" else None, seed=seed)
+    fam = get_family(family, link)
+    task = "classification" if fam.is_classifier else "regression"
+    desc = (f"simulated {fam.name} GLM ({fam.link.name} link), seed {seed}: intercept "
+            f"{sim.intercept:g}, coef {np.round(sim.coef, 6).tolist()}, dispersion {sim.dispersion:g}")
+    return Dataset(sim.x, sim.y, task, 2 if task == "classification" else None, description=desc)

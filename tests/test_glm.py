@@ -227,3 +227,21 @@ def test_confidence_interval_coverage_over_seeds(family, link):
     coverage = hits / total
     # 300 intervals: a binomial(300, 0.95) proportion lies in [0.91, 0.98] with prob. > 0.99
     assert 0.91 <= coverage <= 0.985, coverage
+
+
+def test_separation_is_reported_with_the_diverging_coefficient():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(60, 2, generator=g)
+    y = (x[:, 0] > 0).long()  # x0 separates the classes perfectly
+    m = GeneralizedLinearModel(2, "bernoulli")
+    with pytest.warns(Warning, match="separation"):
+        fr = m.fit(x, y, solver="newton")
+    res = glm_results(m, x, y, fit_result=fr, feature_names=["a", "b"])
+    assert res.diverging == ["a"] and not res.converged
+    assert "diverge" in res.summary() and res.to_dict()["diverging"] == ["a"]
+    # without the solver's report, the saturated fitted probabilities and the flat
+    # direction of the information give the same answer
+    assert glm_results(m, x, y, feature_names=["a", "b"]).diverging == ["a"]
+    # with a penalty the MAP estimate exists: nothing diverges
+    res2 = fit_glm(GeneralizedLinearModel(2, "bernoulli", l2=1e-2), x, y, solver="newton")
+    assert res2.converged and res2.diverging == []

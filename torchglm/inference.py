@@ -464,7 +464,7 @@ def glm_results(
         raise fail("alpha", "a level in (0, 1)", alpha)
 
     names = _coef_names(model, feature_names)
-    _, _, H = hessian_and_gradient(model, batches, expected=information == "expected", dtype=dtype)
+    _, grad, H = hessian_and_gradient(model, batches, expected=information == "expected", dtype=dtype)
     if not bool(torch.isfinite(H).all()):
         raise fail("model", "parameters where the likelihood and its curvature are finite (a fitted model)",
                    "a non-finite Hessian: eta lies outside the family's mean domain")
@@ -531,7 +531,7 @@ def glm_results(
         )
     if int(sums.saturated) > 0 and model.l2 == 0:
         if not diverging:
-            diverging = _diverging_direction(S * H, names)
+            diverging = _diverging_direction(H, grad, names)
         notes.append(
             f"{int(sums.saturated)} fitted probabilities are numerically 0 or 1: the data "
             f"look (quasi-)separated; coefficients {diverging} diverge and their standard "
@@ -577,14 +577,13 @@ def glm_results(
     )
 
 
-def _diverging_direction(info: torch.Tensor, names: list[str]) -> list[str]:
-    """Coefficients loading on the flattest direction of the (scaled) information:
-    under separation the likelihood keeps rising along it and its curvature vanishes."""
-    s = torch.diagonal(info).clamp_min(1e-300).rsqrt()
-    C = info * s.unsqueeze(0) * s.unsqueeze(1)
-    _, evecs = torch.linalg.eigh(0.5 * (C + C.T))
-    v = (evecs[:, 0] * s).abs()
-    big = v > 0.05 * v.max()
+def _diverging_direction(H: torch.Tensor, grad: torch.Tensor, names: list[str]) -> list[str]:
+    """Coefficients along the Newton step ``-H^+ g``: under separation the likelihood
+    keeps rising along the separating direction, and the Newton step points along it
+    (the solvers' own test, :mod:`torchglm.solvers.stepper`)."""
+    _, inv, _ = identifiability(H)
+    v = (inv @ grad).abs()
+    big = v >= 0.1 * v.max()
     return [n for n, b in zip(names, big.tolist()) if b]
 
 

@@ -93,3 +93,10 @@ def test_missing_and_malformed_files(tmp_path):
     np.save(tmp_path / "y.npy", np.zeros(5))
     with pytest.raises(InputError, match="x_path: expected a 2-D array"):
         NpyBatches(tmp_path / "x.npy", tmp_path / "y.npy")
+
+
+def test_not_an_npy_file(tmp_path):
+    (tmp_path / "x.npy").write_text("a,b\n1,2\n")
+    np.save(tmp_path / "y.npy", np.zeros(1))
+    with pytest.raises(InputError, match="x_path: expected a .npy file"):
+        NpyBatches(tmp_path / "x.npy", tmp_path / "y.npy")

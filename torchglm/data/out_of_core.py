@@ -1,4 +1,4 @@
-"""Batches read from disk a chunk at a time: data larger than memory.
+"""Batches read from disk a chunk at a time: data larger than memory (``.npy``, Parquet, CSV).
 
 Each class is a re-iterable of :class:`~torchglm.data.batches.Batch`; every pass
 re-reads the file chunk by chunk, so peak memory is one chunk, whatever the file
@@ -31,33 +31,67 @@ def _existing(path: str | Path, what: str) -> Path:
 
 
 def _to_batch(x: np.ndarray, y: np.ndarray, dtype: torch.dtype, device, classification: bool) -> Batch:
-    # np.array copies: a batch never aliases the read-only memory map.
-    xt = torch.from_numpy(np.array(x, dtype=np.float64)).to(device=device, dtype=dtype)
-    yt = torch.from_numpy(np.array(y)).to(device)
+    xt = torch.as_tensor(np.array(x), dtype=dtype, device=device)
+    yt = torch.as_tensor(np.array(y), device=device)
     yt = yt.long() if classification else yt.to(dtype)
     check_finite("X", xt)
     return Batch(xt, yt)
 
 
+class _NpyFile:
+    """A 2-D or 1-D C-ordered ``.npy`` file read by row spans with positioned reads.
+
+    Like a read-only memory map it never loads the whole array, but the pages it
+    reads are not kept mapped, so the process's resident memory stays at one chunk
+    (a memory map's touched pages count as resident until the kernel evicts them).
+    """
+
+    def __init__(self, path: Path, what: str):
+        self.path, self.what = path, what
+        with open(path, "rb") as f:
+            try:
+                version = np.lib.format.read_magic(f)
+                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                               else np.lib.format.read_array_header_2_0)
+                shape, fortran, dtype = read_header(f)
+            except ValueError as exc:
+                raise fail(what, "a .npy file", f"{path.name} ({exc})") from None
+            self.offset = f.tell()
+        if fortran:
+            raise fail(what, "a C-ordered .npy array", "Fortran order")
+        if dtype.hasobject:
+            raise fail(what, "a numeric .npy array", f"dtype {dtype}")
+        self.shape, self.dtype = shape, dtype
+        self.row_items = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+
+    def rows(self, f, start: int, stop: int) -> np.ndarray:
+        f.seek(self.offset + start * self.row_items * self.dtype.itemsize)
+        flat = np.fromfile(f, dtype=self.dtype, count=(stop - start) * self.row_items)
+        return flat.reshape((stop - start,) + tuple(self.shape[1:]))
+
+
 class NpyBatches:
-    """Batches from memory-mapped ``.npy`` files (``np.load(mmap_mode="r")``).
+    """Batches read from ``.npy`` files a chunk at a time (out-of-core).
 
     Args:
-        x_path: ``.npy`` file of shape (n_samples, n_features).
+        x_path: ``.npy`` file of shape (n_samples, n_features), C order.
         y_path: ``.npy`` file of shape (n_samples,).
         batch_size: rows read per batch.
         dtype: dtype of the feature tensors.
         classification: targets become ``long`` labels (else ``dtype``).
         device: where batches are placed.
         shard: read only this process's rows when ``torch.distributed`` is initialized.
+
+    Raises:
+        InputError: for a missing or malformed file or mismatched shapes.
     """
 
     def __init__(self, x_path, y_path, batch_size: int = 65536, dtype=torch.float64,
                  classification: bool = True, device="cpu", shard: bool = True):
         check_positive("batch_size", batch_size)
-        self.x = np.load(_existing(x_path, "x_path"), mmap_mode="r")
-        self.y = np.load(_existing(y_path, "y_path"), mmap_mode="r")
-        if self.x.ndim != 2:
+        self.x = _NpyFile(_existing(x_path, "x_path"), "x_path")
+        self.y = _NpyFile(_existing(y_path, "y_path"), "y_path")
+        if len(self.x.shape) != 2:
             raise fail("x_path", "a 2-D array (n_samples, n_features)", f"shape {self.x.shape}")
         if self.y.shape != (self.x.shape[0],):
             raise fail("y_path", f"a 1-D array of length {self.x.shape[0]}", f"shape {self.y.shape}")
@@ -73,9 +107,11 @@ class NpyBatches:
         return -(-(self.stop - self.start) // self.batch_size)
 
     def __iter__(self) -> Iterator[Batch]:
-        for i in range(self.start, self.stop, self.batch_size):
-            j = min(i + self.batch_size, self.stop)
-            yield _to_batch(self.x[i:j], self.y[i:j], self.dtype, self.device, self.classification)
+        with open(self.x.path, "rb") as fx, open(self.y.path, "rb") as fy:
+            for i in range(self.start, self.stop, self.batch_size):
+                j = min(i + self.batch_size, self.stop)
+                yield _to_batch(self.x.rows(fx, i, j), self.y.rows(fy, i, j), self.dtype,
+                                self.device, self.classification)
 
 
 class _TableBatches:

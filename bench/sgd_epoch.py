@@ -1,4 +1,4 @@
-"""One epoch of mini-batch SGD for logistic regression, five ways.
+"""One epoch of mini-batch SGD for logistic regression, six ways.
 
 n = 200,000 training rows, d = 50, batch 1,024 (196 steps), plain SGD:
 
@@ -9,6 +9,8 @@ n = 200,000 training rows, d = 50, batch 1,024 (196 steps), plain SGD:
 * ``torchglm Lightning``: :class:`GLMTask` + :class:`GLMDataModule` under a
   ``Trainer`` with a TensorBoard logger at its default interval (50 steps),
   without/with the progress bar, and with per-epoch training metrics;
+* ``minimal Lightning``: a LightningModule whose training_step only returns the
+  loss, over the same slice batches, no logger: the floor of Lightning's loop;
 * ``naive Lightning``: a textbook LightningModule over the DataLoader calling
   ``self.log`` every step (what the task avoids);
 * ``sklearn SGDClassifier(loss="log_loss")``: one epoch (``max_iter=1``).
@@ -43,7 +45,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from torchglm import LogisticRegression
-from torchglm.data import DATASETS, Dataset
+from torchglm.data import DATASETS, Dataset, TensorBatches
 from torchglm.training import GLMDataModule, GLMTask
 
 N_TRAIN, D, BATCH, LR = 200_000, 50, 1024, 0.1
@@ -182,6 +184,30 @@ def time_naive_lightning(x, y, epochs: int) -> float:
     return _best(timer.epochs)
 
 
+class MinimalModule(pl.LightningModule):
+    """Lightning's floor: loss in training_step, nothing logged, no logger."""
+
+    def __init__(self, dtype):
+        super().__init__()
+        self.model = LogisticRegression(D, dtype=dtype)
+
+    def training_step(self, batch, batch_idx):
+        return self.model.objective(batch.x, batch.y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=LR)
+
+
+def time_minimal_lightning(x, y, epochs: int) -> tuple[float, float]:
+    batches = TensorBatches(x, y, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0))
+    timer = EpochTimer(time.perf_counter())
+    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
+                         callbacks=[timer])
+    trainer.fit(MinimalModule(x.dtype), train_dataloaders=batches)
+    return _best(timer.epochs)
+
+
 def time_sklearn(x, y, repeats: int) -> tuple[float, float]:
     from sklearn.linear_model import SGDClassifier
 
@@ -198,17 +224,41 @@ def time_sklearn(x, y, repeats: int) -> tuple[float, float]:
     return _best([(0.0, 0.0)] + times)
 
 
-def profile_torchglm_steps(x, y, n_total: int) -> list[tuple[str, float]]:
-    """Top functions by self time over three torchglm epochs (cProfile): where the
-    per-step overhead goes."""
-    import cProfile
+class _ProfileEpochs(pl.Callback):
+    """cProfile over the training epochs after the first (no set-up, no warm-up)."""
+
+    def __init__(self):
+        import cProfile
+
+        self.prof = cProfile.Profile()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch > 0:
+            self.prof.enable()
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.prof.disable()
+
+
+def profile_torchglm_steps(x, y, n_total: int) -> list[tuple[str, int, float]]:
+    """Top functions by self time over two profiled torchglm epochs: where the
+    per-step time goes."""
     import pstats
 
-    prof = cProfile.Profile()
-    prof.enable()
-    time_torchglm(x, y, n_total, 3, progress_bar=False, train_metrics=False)
-    prof.disable()
-    stats = pstats.Stats(prof)
+    DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
+    profiler = _ProfileEpochs()
+    try:
+        with tempfile.TemporaryDirectory() as logdir:
+            dm = GLMDataModule("_bench_sgd", val_fraction=VAL_FRACTION, test_fraction=TEST_FRACTION,
+                               batch_size=BATCH, standardize=False,
+                               dtype="float32" if x.dtype == torch.float32 else "float64")
+            task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR), train_metrics=False)
+            trainer, _ = _trainer(3, logdir, False, time.perf_counter())
+            trainer.callbacks.append(profiler)
+            trainer.fit(task, datamodule=dm)
+    finally:
+        del DATASETS["_bench_sgd"]
+    stats = pstats.Stats(profiler.prof)
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
     return [(f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], round(v[2], 4)) for k, v in rows]
 
@@ -240,6 +290,8 @@ def main() -> None:
             x, y, n_total, args.epochs, progress_bar=True, train_metrics=False)
     results["torchglm Lightning (+ per-epoch train metrics)"], _ = time_torchglm(
         x, y, n_total, args.epochs, progress_bar=False, train_metrics=True)
+    results["minimal Lightning (slices, no logging, no logger)"] = time_minimal_lightning(
+        x_train, y_train, args.epochs)
     results["naive Lightning (DataLoader, self.log every step)"] = time_naive_lightning(x_train, y_train, args.epochs)
     results["sklearn SGDClassifier(log_loss), 1 epoch"] = time_sklearn(x_train, y_train, max(args.epochs - 1, 1))
 

@@ -76,6 +76,21 @@ def test_state_dict_round_trip_into_a_fresh_module(name, kw):
     assert torch.equal(fresh(x_new), fitted(x_new))
 
 
+@pytest.mark.parametrize("name,kw", CASES)
+def test_fit_and_transform_follow_the_data_under_a_default_device_context(name, kw):
+    # Lightning's configure_model (where the task fits the basis) runs under
+    # `with torch.device(...)`; on a GPU run a CPU generator draw without an explicit
+    # device failed there. A "meta" default device exposes any tensor created
+    # without following the data.
+    x = _x()
+    ref = get_basis(name, **kw).fit(x)(x)
+    basis = get_basis(name, **kw)
+    with torch.device("meta"):
+        out = basis.fit(x)(x)
+    assert out.device == x.device
+    assert torch.equal(out, ref)
+
+
 def test_unfitted_data_dependent_basis_refuses_to_transform():
     with pytest.raises(NotFittedError):
         GaussianRBF(3)(_x())

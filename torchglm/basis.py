@@ -81,8 +81,10 @@ def kmeans(
     if not isinstance(n_clusters, int) or not 1 <= n_clusters <= n:
         raise fail("n_clusters", f"an integer in [1, {n}] (the number of samples)", n_clusters)
     gen = torch.Generator(device="cpu").manual_seed(int(seed))
-    # Draws happen on the CPU generator so the result is the same on every device.
-    first = int(torch.randint(n, (1,), generator=gen))
+    # Draws happen on the CPU generator (device given explicitly: Lightning's
+    # configure_model runs under a default-device context) so that the centers are
+    # the same on every device.
+    first = int(torch.randint(n, (1,), generator=gen, device="cpu"))
     centers = [x[first]]
     d2 = ((x - x[first]) ** 2).sum(1)
     for _ in range(1, n_clusters):
@@ -384,7 +386,8 @@ class Polynomial(Basis):
         # (index 0 is the constant pad for monomials of lower degree).
         if n_in not in self._index_cache:
             rows = [[i + 1 for i in c] + [0] * (self.degree - len(c)) for c in self._combinations(n_in)]
-            self._index_cache[n_in] = torch.tensor(rows, dtype=torch.long).reshape(-1, self.degree)
+            index = torch.tensor(rows, dtype=torch.long, device="cpu")
+            self._index_cache[n_in] = index.reshape(-1, self.degree)
         return self._index_cache[n_in]
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:

@@ -250,19 +250,6 @@ class GenerativeClassifier(nn.Module):
         self.check_fitted()
         return torch.logsumexp(self.joint_log_likelihood(self.check_features(x)), dim=1)
 
-    def objective(self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
-                  offset: torch.Tensor | None = None) -> torch.Tensor:
-        """Weighted mean negative log posterior ``-log p(C_y | x)`` (no checks).
-
-        The same quantity a discriminative classifier minimizes (without a
-        penalty), so the trainer can report it for both kinds of model. A
-        generative model is not fitted by minimizing it.
-        """
-        if offset is not None:
-            raise fail("offset", "None for a generative classifier", "a tensor")
-        nll = self.family.nll(self(x), y.long())
-        return nll.mean() if weight is None else (weight * nll).sum() / weight.sum()
-
     # -- sampling --------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw ``n`` pairs from the fitted joint: ``y ~ p(C)``, ``x ~ p(x | C_y)``.
@@ -374,14 +361,13 @@ class GenerativeClassifier(nn.Module):
             batches = TensorBatches(x, y, weight, batch_size=batch_size)
         return run_passes(fitter, batches, max_passes=1)
 
-    def _check_class_count(self, class_count: torch.Tensor, minimum: float = 0.0) -> None:
-        empty = (class_count <= minimum).nonzero().flatten()
+    def _check_class_count(self, class_count: torch.Tensor) -> None:
+        empty = (class_count <= 0).nonzero().flatten()
         if empty.numel():
             k = int(empty[0])
-            need = "samples" if minimum == 0 else f"more than {minimum:g} samples"
             raise InputError(
-                f"y: expected {need} (total weight) in every class 0..{self.n_classes - 1}, "
-                f"got {float(class_count[k]):g} in class {k}"
+                f"y: expected samples (positive total weight) in every class 0..{self.n_classes - 1}, "
+                f"got none in class {k}"
             )
 
     def _set_fitted(self, class_count: torch.Tensor) -> None:

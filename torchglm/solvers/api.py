@@ -29,6 +29,15 @@ SOLVERS: dict[str, type[Fitter]] = {
 #: Above this many Hessian entries per sample (``d~ K (K + 1) / 2``, the cost of
 #: assembling ``H`` in units of one gradient evaluation), ``auto`` leaves exact Newton.
 AUTO_NEWTON_MAX_COST = 128
+#: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
+#: float32 and polishes in float64 (the float64 stopping rule still decides).
+AUTO_FLOAT32_MIN_FLOPS = 5e7
+
+
+def _hessian_cost(model) -> float:
+    m, d = model.linear.weight.shape
+    dt = d + (model.linear.bias is not None)
+    return dt * m * (m + 1) / 2 if m > 1 else dt
 
 
 def choose_solver(model, n_samples: int | None = None) -> str:
@@ -39,12 +48,11 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
     ``d~ K (K + 1) / 2 <= AUTO_NEWTON_MAX_COST`` (e.g. binary problems with up to
-    ~127 features), L-BFGS otherwise.
+    ~127 features), L-BFGS otherwise. When :func:`fit` runs ``auto`` Newton with
+    at least ``AUTO_FLOAT32_MIN_FLOPS`` per pass and no ``dtype`` is given, it
+    works in float32 and polishes in float64.
     """
-    m, d = model.linear.weight.shape
-    dt = d + (model.linear.bias is not None)
-    cost = dt * m * (m + 1) / 2 if m > 1 else dt
-    return "newton" if cost <= AUTO_NEWTON_MAX_COST else "lbfgs"
+    return "newton" if _hessian_cost(model) <= AUTO_NEWTON_MAX_COST else "lbfgs"
 
 
 def make_fitter(model, solver: str = "auto", **options) -> Fitter:
@@ -108,6 +116,10 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     if name not in SOLVERS:
         raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
     cls = SOLVERS[name]
+    if solver == "auto" and dtype is None and name == "newton":
+        m, d = model.linear.weight.shape
+        flops = x.shape[0] * (d + 1) * _hessian_cost(model)
+        dtype = torch.float32 if flops >= AUTO_FLOAT32_MIN_FLOPS else None
     work = dtype or getattr(cls, "default_dtype", None) or model.linear.weight.dtype
     if polish is None:
         polish = work.itemsize < 8

@@ -114,7 +114,7 @@ class LBFGSFitter(StepFitter):
     The direction is ``-H_k g`` from the two-loop recursion over the last
     ``memory`` pairs ``s = theta_{k+1} - theta_k``, ``y = g_{k+1} - g_k``
     (pairs with ``y^T s <= 0`` are skipped), scaled by ``gamma = s^T y / y^T y``
-    (Nocedal & Wright, Algorithm 7.4). The first direction is ``-g / ||g||``.
+    (Nocedal & Wright, Algorithm 7.4). The first direction is ``-g / max(1, ||g||)``.
 
     Args:
         model: the model to fit.
@@ -146,7 +146,9 @@ class LBFGSFitter(StepFitter):
     def direction(self, s: PassSums):
         q = s.grad.clone()
         if not self.pairs:
-            return -q / q.norm().clamp_min(torch.finfo(q.dtype).tiny), None
+            # A first step no longer than 1: the objective is a mean, so its
+            # curvature is O(1) for standardized features.
+            return -q / q.norm().clamp_min(1.0), None
         alphas = []
         for sv, yv, rho in reversed(self.pairs):
             a = rho * (sv @ q)

@@ -1,0 +1,286 @@
+"""Benchmark: torchglm's Newton-type solvers against scikit-learn, statsmodels and glum.
+
+Every method minimizes the same objective, mean NLL + (alpha/2)||W||^2 with the
+intercept unpenalized and alpha = 1e-4 (scikit-learn C = 1 / (alpha n); glum's
+alpha is ours), on five synthetic problems. Each method runs over a ladder of
+tolerances, loosest first, and its time is that of the first run whose
+objective (evaluated here in float64 numpy, independently of every library)
+is within 1e-8 relative of the best objective any run reached. statsmodels'
+Logit / Probit / MNLogit / GLM-IRLS have no L2 penalty: they are timed on their
+own (unpenalized) problem and their objective gap on ours is reported.
+
+    python bench/newton.py            # the issue's sizes (several minutes on 2 cores)
+    python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
+
+Writes bench/results/newton.json and prints a table per problem with the ratio
+of each method's time to the fastest peer (a library other than torchglm).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+import warnings
+
+import numpy as np
+import torch
+from scipy.special import log_ndtr, logsumexp
+
+ALPHA = 1e-4
+REL = 1e-8
+
+PROBLEMS = {
+    "binary n=200k d=50": dict(kind="logit", n=200_000, d=50),
+    "binary n=1M d=20": dict(kind="logit", n=1_000_000, d=20),
+    "binary n=50k d=500": dict(kind="logit", n=50_000, d=500),
+    "softmax K=10 n=100k d=100": dict(kind="softmax", n=100_000, d=100, K=10),
+    "probit n=200k d=50": dict(kind="probit", n=200_000, d=50),
+}
+
+
+# -- data and the common objective ------------------------------------------------
+def make_problem(kind, n, d, K=None, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((n, d))
+    if kind == "softmax":
+        W = rng.standard_normal((K, d)) / np.sqrt(d)
+        eta = X @ W.T + rng.standard_normal(K) * 0.3
+        P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
+        y = (P.cumsum(1) > rng.random((n, 1))).argmax(1)
+    else:
+        w = rng.standard_normal(d) / np.sqrt(d) * (2.0 if kind == "logit" else 1.0)
+        eta = X @ w + 0.3
+        if kind == "logit":
+            p = 1 / (1 + np.exp(-eta))
+        else:
+            p = np.exp(log_ndtr(eta))
+        y = (rng.random(n) < p).astype(np.int64)
+    return X, y
+
+
+def objective(kind, X, y, W, b):
+    """Mean NLL + (alpha/2)||W||^2 in float64 numpy; W (m, d), b (m,)."""
+    W = np.asarray(W, dtype=np.float64).reshape(-1, X.shape[1])
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    eta = X @ W.T + b
+    if kind == "softmax":
+        nll = logsumexp(eta, axis=1) - eta[np.arange(len(y)), y]
+    else:
+        eta = eta[:, 0]
+        if kind == "logit":
+            nll = np.logaddexp(0, eta) - y * eta
+        else:
+            nll = -(y * log_ndtr(eta) + (1 - y) * log_ndtr(-eta))
+    return float(nll.mean() + 0.5 * ALPHA * (W * W).sum())
+
+
+# -- methods: each returns (W, b, n_iter) --------------------------------------------
+def torchglm_method(solver, dtype=None):
+    from torchglm.models import GeneralizedLinearModel
+    from torchglm.solvers import fit
+
+    def run(kind, X, y, tol):
+        K = int(y.max()) + 1 if kind == "softmax" else None
+        fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", kind)
+        m = GeneralizedLinearModel(X.shape[1], fam, link, n_classes=K, l2=ALPHA, dtype=torch.float64)
+        x, t = torch.from_numpy(X), torch.from_numpy(y)
+        opts = dict(gtol=tol, tol=0.0) if tol_kind(solver) == "gtol" else dict(tol=tol, gtol=0.0)
+        r = fit(m, x, t, solver=solver, dtype=dtype, max_iter=5000, **opts)
+        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter
+
+    return run
+
+
+def tol_kind(solver):
+    return "gtol" if solver in ("lbfgs", "gd") else "tol"
+
+
+def sklearn_method(solver):
+    from sklearn.linear_model import LogisticRegression
+
+    def run(kind, X, y, tol):
+        sk = LogisticRegression(C=1.0 / (ALPHA * len(y)), solver=solver, tol=tol, max_iter=10_000)
+        sk.fit(X, y)
+        return sk.coef_, sk.intercept_, int(np.max(sk.n_iter_))
+
+    return run
+
+
+def glum_probit_link():
+    """glum ships no probit link: a small one from scipy's normal distribution."""
+    from glum._link import Link
+    from scipy.special import ndtr, ndtri
+
+    def pdf(z):
+        return np.exp(-0.5 * z * z) / np.sqrt(2 * np.pi)
+
+    class ProbitLink(Link):
+        def __eq__(self, other):
+            return isinstance(other, ProbitLink)
+
+        def link(self, mu):
+            return ndtri(mu)
+
+        def derivative(self, mu):
+            return 1.0 / pdf(ndtri(mu))
+
+        def inverse(self, lin_pred):
+            eps50 = 50 * np.finfo(np.float64).eps
+            return np.clip(ndtr(lin_pred), eps50, 1 - eps50)
+
+        def inverse_derivative(self, lin_pred):
+            return pdf(lin_pred)
+
+        def inverse_derivative2(self, lin_pred):
+            return -lin_pred * pdf(lin_pred)
+
+    return ProbitLink()
+
+
+def glum_method(solver):
+    from glum import GeneralizedLinearRegressor
+
+    def run(kind, X, y, tol):
+        link = glum_probit_link() if kind == "probit" else kind
+        g = GeneralizedLinearRegressor(family="binomial", link=link, alpha=ALPHA, l1_ratio=0.0,
+                                       solver=solver, gradient_tol=tol, max_iter=1000)
+        g.fit(X, y.astype(np.float64))
+        return g.coef_[None, :], np.atleast_1d(g.intercept_), int(g.n_iter_)
+
+    return run
+
+
+def statsmodels_method(which):
+    import statsmodels.api as sm
+
+    def run(kind, X, y, tol):
+        Xc = sm.add_constant(X, prepend=False)
+        if which == "glm-irls":
+            link = sm.families.links.Logit() if kind == "logit" else sm.families.links.Probit()
+            res = sm.GLM(y, Xc, family=sm.families.Binomial(link=link)).fit(tol=tol, maxiter=100)
+            params, it = res.params, res.fit_history["iteration"]
+            return params[None, :-1], params[-1:], it
+        cls = {"logit": sm.Logit, "probit": sm.Probit, "softmax": sm.MNLogit}[kind]
+        res = cls(y, Xc).fit(method="newton", tol=tol, maxiter=100, disp=0)
+        it = res.mle_retvals.get("iterations", -1)
+        if kind == "softmax":  # reference class 0: rows w_k - w_0, class 0 row is 0
+            P = np.asarray(res.params)
+            Wb = np.concatenate([np.zeros((1, P.shape[0])), P.T])
+            return Wb[:, :-1], Wb[:, -1], it
+        params = np.asarray(res.params)
+        return params[None, :-1], params[-1:], it
+
+    return run
+
+
+def methods_for(kind, quick):
+    ms = {
+        "torchglm auto": (torchglm_method("auto"), [1e-8, 1e-10, 1e-12, 1e-14]),
+        "torchglm newton": (torchglm_method("newton"), [1e-8, 1e-10, 1e-12, 1e-14]),
+        "torchglm newton f32+polish": (torchglm_method("newton", torch.float32), [1e-8, 1e-10, 1e-12]),
+        "torchglm newton-cg": (torchglm_method("newton-cg"), [1e-8, 1e-10, 1e-12, 1e-14]),
+        "torchglm lbfgs": (torchglm_method("lbfgs"), [1e-6, 1e-7, 1e-8, 1e-9, 1e-10]),
+    }
+    if kind == "probit":
+        ms["torchglm irls"] = (torchglm_method("irls"), [1e-8, 1e-10, 1e-12, 1e-14])
+    if kind == "softmax":
+        # The full (K d~)^2 Hessian costs K (K + 1) / 2 weighted products per pass.
+        ms.pop("torchglm newton")
+        ms.pop("torchglm newton f32+polish")
+    if kind in ("logit", "softmax"):
+        for s in ("lbfgs", "newton-cholesky", "newton-cg"):
+            ms[f"sklearn {s}"] = (sklearn_method(s), [1e-4, 1e-6, 1e-8, 1e-10])
+    if kind in ("logit", "probit"):
+        for s in ("irls-cd", "lbfgs"):
+            ms[f"glum {s}"] = (glum_method(s), [1e-4, 1e-6, 1e-8, 1e-10])
+        ms["statsmodels newton (no L2)"] = (statsmodels_method("newton"), [1e-8])
+        ms["statsmodels GLM IRLS (no L2)"] = (statsmodels_method("glm-irls"), [1e-8])
+    elif quick:
+        ms["statsmodels MNLogit (no L2)"] = (statsmodels_method("newton"), [1e-8])
+    return ms
+
+
+def run_problem(name, spec, quick, budget_s, repeats):
+    n = spec["n"] // 10 if quick else spec["n"]
+    X, y = make_problem(spec["kind"], n, spec["d"], spec.get("K"))
+    rows = {}
+    for label, (fn, ladder) in methods_for(spec["kind"], quick).items():
+        runs = []
+        for tol in ladder:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                try:
+                    walls = []
+                    for _ in range(repeats):
+                        t0 = time.perf_counter()
+                        W, b, it = fn(spec["kind"], X, y, tol)
+                        walls.append(time.perf_counter() - t0)
+                except Exception as e:  # a peer failing is a result, not a crash
+                    runs.append(dict(tol=tol, error=f"{type(e).__name__}: {e}"[:200]))
+                    break
+                wall = min(walls)
+            runs.append(dict(tol=tol, time_s=wall, n_iter=int(it),
+                             objective=objective(spec["kind"], X, y, W, b)))
+            if wall > budget_s:
+                break
+        rows[label] = runs
+    best = min(r["objective"] for runs in rows.values() for r in runs if "objective" in r)
+    table = {}
+    for label, runs in rows.items():
+        ok = [r for r in runs if "objective" in r and r["objective"] <= best + REL * abs(best)]
+        last = runs[-1]
+        entry = dict(runs=runs, reached=bool(ok))
+        if ok:
+            entry.update(time_s=ok[0]["time_s"], n_iter=ok[0]["n_iter"], tol=ok[0]["tol"])
+        elif "objective" in last:
+            entry.update(gap=(last["objective"] - best) / abs(best), time_s=last["time_s"],
+                         n_iter=last["n_iter"])
+        table[label] = entry
+    peers = [e["time_s"] for k, e in table.items() if not k.startswith("torchglm") and e["reached"]]
+    fastest = min(peers) if peers else None
+    for e in table.values():
+        if fastest and e.get("reached"):
+            e["ratio_to_fastest_peer"] = e["time_s"] / fastest
+    return dict(n=n, d=spec["d"], K=spec.get("K"), kind=spec["kind"], best_objective=best,
+                fastest_peer_s=fastest, methods=table)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="n / 10 on every problem")
+    ap.add_argument("--problems", nargs="*", default=None, help="substrings of problem names to run")
+    ap.add_argument("--budget", type=float, default=30.0,
+                    help="stop a method's tolerance ladder after a run this long (s)")
+    ap.add_argument("--repeats", type=int, default=None,
+                    help="runs per setting, the minimum time is kept (default 3 quick, 1 full)")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
+    args = ap.parse_args()
+    args.repeats = args.repeats or (3 if args.quick else 1)
+    out = dict(machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
+                            torch=torch.__version__, threads=torch.get_num_threads(),
+                            loadavg=os.getloadavg()),
+               alpha=ALPHA, rel=REL, quick=args.quick, repeats=args.repeats, problems={})
+    for name, spec in PROBLEMS.items():
+        if args.problems and not any(p in name for p in args.problems):
+            continue
+        res = run_problem(name, spec, args.quick, args.budget, args.repeats)
+        out["problems"][name] = res
+        print(f"\n{name} (n={res['n']}): best objective {res['best_objective']:.12g}")
+        print(f"  {'method':34s} {'time s':>8s} {'iters':>6s} {'ratio':>7s}  note")
+        for label, e in sorted(res["methods"].items(), key=lambda kv: kv[1].get("time_s", 1e9)):
+            ratio = f"{e['ratio_to_fastest_peer']:.2f}" if "ratio_to_fastest_peer" in e else "-"
+            note = f"tol {e['tol']:g}" if e["reached"] else (
+                f"gap {e['gap']:.1e} (not reached)" if "gap" in e else e["runs"][-1].get("error", ""))
+            t = f"{e['time_s']:.3f}" if "time_s" in e else "-"
+            print(f"  {label:34s} {t:>8s} {e.get('n_iter', '-')!s:>6s} {ratio:>7s}  {note}")
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(out, f, indent=1)
+    print(f"\nwrote {args.out}; load average at start {out['machine']['loadavg']}")
+
+
+if __name__ == "__main__":
+    main()

@@ -230,3 +230,17 @@ def test_sparse_rejected_where_unsupported():
                                           (PoissonNB, 640 + 9), (GaussianNB, 2 * 640 + 9)])
 def test_parameter_counts(cls, expected):
     assert cls(64, 10).n_parameters == expected
+
+
+def test_multinomial_to_linear_is_the_seed_002_formula(digits):
+    """w_k = log theta_1k - log theta_0k, w_0 = log pi_1 - log pi_0 (seed 002)."""
+    x, y = digits
+    keep = y < 2
+    model = MultinomialNB(64, 2, alpha=0.5)
+    model.fit(torch.tensor(x[keep]), torch.tensor(y[keep]))
+    linear = model.to_linear()
+    torch.testing.assert_close(linear.linear.weight.detach()[0], model.log_theta[1] - model.log_theta[0])
+    torch.testing.assert_close(linear.linear.bias.detach()[0], model.log_prior[1] - model.log_prior[0])
+    ref = sknb.MultinomialNB(alpha=0.5).fit(x[keep], y[keep])
+    with torch.no_grad():
+        _close(linear.predict_proba(torch.tensor(x[keep])), ref.predict_proba(x[keep])[:, 1])

@@ -10,6 +10,8 @@ one function in :data:`FIGURES` that fits the models it shows, writes
   boundaries (seed 000);
 * ``basis_moons_xor``    moons and XOR: linear logistic regression fails, the same
   model on a Gaussian RBF basis separates them (seed 004);
+* ``basis_feature_space``  two Gaussian basis functions map data no line separates
+  to a plane where one does (seed 004's figure);
 * ``separable_weight_norm``  separable data: unregularized maximum likelihood drives
   ``||w||`` to infinity and the sigmoid to a step, L2 keeps it finite (seed 004);
 * ``solver_convergence`` gradient descent, Newton and IRLS on one logistic problem:
@@ -176,6 +178,61 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
     result["png"] = save_figure(fig, os.path.join(out, "basis_moons_xor.png"))
     result["n_train"], result["n_test"] = n_train, n_test
     return result
+
+
+def basis_feature_space(out: str, quick: bool = False) -> dict:
+    """Seed 004's figure (Bishop PRML fig. 4.12): two Gaussian basis functions
+    (centers: crosses; green: their 1/2 level sets) map data that no line separates
+    in ``(x_1, x_2)`` (class C_0 near the centers, class C_1 on a ring around them)
+    to ``(phi_1, phi_2)``, where a line separates them. Logistic regression on the two
+    features (Newton, l2 = 1e-2) gives that line; left, its boundary in input space."""
+    g = torch.Generator().manual_seed(0)
+    n = 60 if quick else 200
+    centers = torch.tensor([[-1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    inner = centers[torch.arange(n) % 2] + 0.3 * torch.randn(n, 2, generator=g, dtype=torch.float64)
+    angle = 2 * torch.pi * torch.rand(n, generator=g, dtype=torch.float64)
+    radius = 2.3 + 0.25 * torch.randn(n, generator=g, dtype=torch.float64)
+    ring = torch.stack([1.3 * radius * angle.cos(), radius * angle.sin()], 1)
+    x = torch.cat([inner, ring])
+    y = torch.cat([torch.zeros(n), torch.ones(n)]).long()
+    phi = GaussianRBF(centers=centers.tolist(), width=0.8)
+    model = LogisticRegression(2, l2=1e-2)
+    model.fit(phi(x), y, solver="newton")
+    linear = LogisticRegression(2, l2=1e-2)
+    linear.fit(x, y, solver="newton")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    ax = axes[0]
+    plotting.decision_regions(model, x, y, basis=phi, ax=ax, colorbar=False,
+                              title="input space: not linearly separable")
+    pts, xx, yy = plotting.input_grid(x, 200, 0.25)
+    with torch.no_grad():
+        f = phi(pts)
+    for j in range(2):
+        ax.contour(xx, yy, f[:, j].reshape(xx.shape).numpy(), levels=[0.5], colors="tab:green",
+                   linewidths=1.5)
+    ax.scatter(centers[:, 0], centers[:, 1], marker="X", c="tab:green", s=160, edgecolors="k",
+               linewidths=1.0, zorder=4)
+    ax = axes[1]
+    with torch.no_grad():
+        f = phi(x)
+    for k in range(2):
+        m = y == k
+        ax.scatter(f[m, 0], f[m, 1], s=14, c=plotting.CLASS_COLORS[k], edgecolors="k",
+                   linewidths=0.4, label=f"$C_{k}$")
+    w = model.linear.weight.detach()[0]
+    b = float(model.linear.bias.detach()[0])
+    t = torch.linspace(0.0, 1.0, 2, dtype=torch.float64)
+    ax.plot(t, -(b + w[0] * t) / w[1], c="k", lw=1.5, label=r"$w^T\phi + w_0 = 0$")
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_xlabel(r"$\phi_1$")
+    ax.set_ylabel(r"$\phi_2$")
+    ax.legend(fontsize=8)
+    ax.set_title(r"feature space $(\phi_1, \phi_2)$: linearly separable")
+    fig.tight_layout()
+    path = save_figure(fig, os.path.join(out, "basis_feature_space.png"))
+    return {"png": path, "train_accuracy_basis": _accuracy(model, phi(x), y),
+            "train_accuracy_linear": _accuracy(linear, x, y)}
 
 
 # -- 4. separable data: ||w|| -> infinity without L2 ----------------------------------------------
@@ -357,6 +414,7 @@ FIGURES: dict[str, Callable[[str, bool], dict]] = {
     "gda_shared": gda_shared,
     "qda_three_classes": qda_three_classes,
     "basis_moons_xor": basis_moons_xor,
+    "basis_feature_space": basis_feature_space,
     "separable_weight_norm": separable_weight_norm,
     "solver_convergence": solver_convergence,
     "bayes_predictive": bayes_predictive,

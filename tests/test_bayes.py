@@ -303,6 +303,8 @@ def test_errors_name_the_argument():
     post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
     with pytest.raises(InputError, match="method: expected one of"):
         predictive(model, post, x, method="nope")
+    with pytest.raises(InputError, match="posterior: expected a posterior over this model's 3"):
+        predictive(LogisticRegression(2), post, torch.zeros(4, 2))
     with pytest.raises(InputError, match="method: expected 'mc'"):
         predictive(ProbitRegression(1), post, x, method="probit")
     with pytest.raises(InputError, match="num_chains: expected at least 2"):

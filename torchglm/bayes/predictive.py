@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from .._validation import check_features, check_positive, fail
-from ._layout import check_model, linear_predictor
+from ._layout import check_model, linear_predictor, n_bias, n_weights
 from .laplace import LaplacePosterior
 from .sampling import PosteriorSamples
 
@@ -135,7 +135,8 @@ def predictive(model, posterior: LaplacePosterior | PosteriorSamples, x: torch.T
         Gauss-Hermite quadrature.
 
     Raises:
-        InputError: for an unknown method or one the model/posterior does not support.
+        InputError: for an unknown method or one the model/posterior does not support,
+            or a posterior over a different number of coefficients.
 
     Example:
         >>> pred = predictive(model, laplace_posterior(model, (x, y), GaussianPrior(1.0)), x_test)
@@ -145,6 +146,12 @@ def predictive(model, posterior: LaplacePosterior | PosteriorSamples, x: torch.T
     check_features("x", x, model.n_features)
     if method not in _METHODS:
         raise fail("method", f"one of {list(_METHODS)}", repr(method))
+    if not isinstance(posterior, (LaplacePosterior, PosteriorSamples)):
+        raise fail("posterior", "a LaplacePosterior or PosteriorSamples", type(posterior).__name__)
+    p = n_weights(model) + n_bias(model)
+    got = posterior.samples.shape[-1] if isinstance(posterior, PosteriorSamples) else posterior.mean.shape[-1]
+    if got != p:
+        raise fail("posterior", f"a posterior over this model's {p} coefficients", f"{got} coefficients")
     link = model.family.link.name
     if method == "auto":
         if isinstance(posterior, PosteriorSamples) or model.family.multi_output:
@@ -155,8 +162,6 @@ def predictive(model, posterior: LaplacePosterior | PosteriorSamples, x: torch.T
         if method != "mc":
             raise fail("method", "'mc' for MCMC samples", repr(method))
         return Predictive(*_monte_carlo(model, posterior.flat(), x), method="mc")
-    if not isinstance(posterior, LaplacePosterior):
-        raise fail("posterior", "a LaplacePosterior or PosteriorSamples", type(posterior).__name__)
     if method == "mc":
         check_positive("n_samples", n_samples)
         return Predictive(*_monte_carlo(model, posterior.sample(n_samples, generator), x), method="mc")

@@ -131,3 +131,22 @@ def test_expected_equals_observed_for_canonical_logit():
     _, _, F = hessian_and_gradient(m, TensorBatches(x, t), expected=True)
     _, _, H = hessian_and_gradient(m, TensorBatches(x, t), expected=False)
     assert torch.allclose(F, H, rtol=1e-12)
+
+
+@pytest.mark.parametrize("family,link", [("bernoulli", "probit"), ("categorical", "softmax"),
+                                         ("gamma", "log")])
+def test_hessian_vector_product_without_forming_h(family, link):
+    """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v."""
+    from torchglm.solvers.derivatives import PassSums
+
+    m, x, y, w = _model_and_data(family, link)
+    theta = flat_parameters(m)
+    sums = PassSums(m, theta, "hvp")
+    for batch in TensorBatches(x, y, w, batch_size=9):
+        sums.add(batch)
+    sums.finish()
+    assert sums.hess is None
+    v = torch.randn(theta.numel(), generator=torch.Generator().manual_seed(1))
+    H = hessian(_objective(m, x, y, w))(theta)
+    assert torch.allclose(sums.hvp(v), H @ v, rtol=1e-10, atol=1e-13)
+    assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)

@@ -69,6 +69,17 @@ def test_basis_model_under_sgd_gets_regions_and_loss_curve(tmp_path):
     assert all(_has_content(p) for p in callback.saved)
 
 
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_plain_dataloaders_are_refused_before_fitting(tmp_path):
+    dm = GLMDataModule("moons", batch_size=None, dataset_options={"n_samples": 100})
+    dm.setup("fit")
+    task = GLMTask(partial(LogisticRegression, l2=1e-3), solver="newton")
+    task.build(dm)
+    with pytest.raises(InputError, match="trainer.datamodule"):
+        _trainer(tmp_path, FigureLogger(), max_epochs=1).fit(task, train_dataloaders=dm.train_batches())
+    assert not (tmp_path / "figures").exists()
+
+
 def test_bad_arguments_name_themselves():
     with pytest.raises(InputError, match="stages"):
         FigureLogger(stages=["predict"])

@@ -78,6 +78,12 @@ class FigureLogger(pl.Callback):
         #: paths of the PNGs written so far.
         self.saved: list[str] = []
 
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # Fail before fitting, not after it: the figures need the data module's splits.
+        if not callable(getattr(trainer.datamodule, "split", None)):
+            raise fail("trainer.datamodule", "a data module with split(name) -> (x, y), "
+                       "e.g. torchglm.data.GLMDataModule", type(trainer.datamodule).__name__)
+
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if "fit" in self.stages:
             self.draw(trainer, pl_module, "fit", "train")

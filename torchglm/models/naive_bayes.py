@@ -94,6 +94,13 @@ class MultinomialNB(GenerativeClassifier):
         dtype: dtype of the fitted statistics.
 
     Accepts dense or torch sparse (COO/CSR) count matrices.
+
+    Example:
+        >>> nb = MultinomialNB(3, 2, alpha=1.0)
+        >>> z = torch.tensor([[3.0, 0.0, 1.0], [0.0, 2.0, 2.0]])
+        >>> result = nb.fit(z, torch.tensor([0, 1]))
+        >>> nb.log_theta.exp()[0]          # (3 + 1, 0 + 1, 1 + 1) / (4 + 3)
+        tensor([0.5714, 0.1429, 0.2857])
     """
 
     accepts_sparse = True
@@ -171,6 +178,12 @@ class BernoulliNB(GenerativeClassifier):
         dtype: dtype of the fitted statistics.
 
     Accepts dense or torch sparse (COO/CSR) matrices.
+
+    Example:
+        >>> nb = BernoulliNB(2, 2, alpha=1.0)
+        >>> result = nb.fit(torch.tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 1.0]]), torch.tensor([0, 0, 1]))
+        >>> nb.log_p.exp()[0]              # (2 + 1, 1 + 1) / (2 + 2)
+        tensor([0.7500, 0.5000])
     """
 
     accepts_sparse = True
@@ -263,6 +276,12 @@ class PoissonNB(GenerativeClassifier):
         dtype: dtype of the fitted statistics.
 
     Accepts dense or torch sparse (COO/CSR) count matrices.
+
+    Example:
+        >>> nb = PoissonNB(1, 2, alpha=0.0, beta=0.0)     # the MLE: class means
+        >>> result = nb.fit(torch.tensor([[1.0], [3.0], [5.0]]), torch.tensor([0, 0, 1]))
+        >>> nb.rate.flatten()
+        tensor([2., 5.])
     """
 
     accepts_sparse = True
@@ -333,6 +352,14 @@ class GaussianNB(GenerativeClassifier):
             to every variance.
         priors: fixed class priors or ``None`` to fit them.
         dtype: dtype of the fitted statistics.
+
+    Example:
+        >>> nb = GaussianNB(2, 2)
+        >>> result = nb.fit(torch.tensor([[0.0, 1.0], [2.0, 3.0], [9.0, 9.0], [11.0, 7.0]]),
+        ...                 torch.tensor([0, 0, 1, 1]))
+        >>> nb.means
+        tensor([[ 1.,  2.],
+                [10.,  8.]])
     """
 
     def __init__(self, n_features: int, n_classes: int = 2, var_smoothing: float = 1e-9,

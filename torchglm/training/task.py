@@ -84,7 +84,10 @@ class GLMTask(pl.LightningModule):
         ece_bins: int = 15,
     ):
         super().__init__()
-        self.save_hyperparameters()
+        with warnings.catch_warnings():
+            # A basis module passed from Python is dropped just below; the notice is moot.
+            warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
+            self.save_hyperparameters()
         # Config values (dicts) let load_from_checkpoint rebuild the task; Python
         # objects (partials, modules) do not serialize: pass them to load_from_checkpoint.
         objects = [k for k in _CALLABLE_ARGS if not isinstance(self.hparams.get(k), (dict, str, type(None)))]

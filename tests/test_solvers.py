@@ -379,3 +379,19 @@ def test_fitter_driven_by_run_passes_like_a_trainer():
     ref = LogisticRegression(3)
     fit(ref, x, y, solver="newton", tol=1e-20)
     assert r.converged and torch.allclose(flat_parameters(m), flat_parameters(ref), rtol=1e-10)
+
+
+@pytest.mark.parametrize("solver", ["newton", "irls"])
+def test_weights_and_offset_match_statsmodels_glm(solver):
+    """Poisson regression with an exposure offset and frequency weights, unpenalized."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(300, 2, generator=g)
+    offset = torch.log(torch.rand(300, generator=g) * 3 + 0.5)
+    y = torch.poisson(torch.exp(x @ torch.tensor([0.7, -0.4]) + 0.2 + offset), generator=g)
+    w = torch.randint(1, 4, (300,), generator=g).to(torch.float64)
+    ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy(), prepend=False), family=sm.families.Poisson(),
+                 offset=offset.numpy(), freq_weights=w.numpy()).fit(tol=1e-14)
+    m = GeneralizedLinearModel(2, "poisson", "log", dtype=torch.float64)
+    r = fit(m, x, y, weight=w, offset=offset, solver=solver, tol=1e-20, gtol=1e-12)
+    assert r.converged
+    np.testing.assert_allclose(flat_parameters(m).numpy(), ref.params, rtol=1e-6)

@@ -74,6 +74,8 @@ def test_state_dict_round_trip_into_a_fresh_module(name, kw):
     assert fresh.is_fitted
     x_new = _x(25, seed=9)
     assert torch.equal(fresh(x_new), fitted(x_new))
+    with pytest.raises(InputError, match="2 columns"):  # the loaded module remembers d
+        fresh(_x(5, d=3))
 
 
 @pytest.mark.parametrize("name,kw", CASES)

@@ -130,13 +130,21 @@ class Basis(nn.Module):
         super().__init__()
         self.include_input = bool(include_input)
         self.include_bias = bool(include_bias)
+        # The buffers travel with checkpoints; their Python mirrors keep forward()
+        # free of device-to-host syncs.
         self.register_buffer("_fitted", torch.tensor(False))
         self.register_buffer("n_in", torch.tensor(-1))
+        self._fitted_now, self._n_in_now = False, -1
+
+    def _set_n_in(self, n_in: int) -> None:
+        self.n_in.fill_(n_in)
+        self._n_in_now = int(n_in)
 
     def _ready_without_fit(self) -> None:
         """Mark a basis that needs no data (given centers, polynomial) as usable."""
         self.requires_fit = False
         self._fitted.fill_(True)
+        self._fitted_now = True
 
     # -- the interface -----------------------------------------------------------
     def out_features(self, n_in: int) -> int:
@@ -149,15 +157,16 @@ class Basis(nn.Module):
         """Fit the data-dependent parts on training inputs ``x`` (n_samples, d); return self."""
         check_features("x", x)
         self._fit(x)
-        self.n_in.fill_(x.shape[1])
+        self._set_n_in(x.shape[1])
         self._fitted.fill_(True)
+        self._fitted_now = True
         return self
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``phi(x)``: shape (n_samples, out_features(d))."""
-        if not self.is_fitted:
+        if not self._fitted_now:
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(x_train) first")
-        n_in = int(self.n_in)
+        n_in = self._n_in_now
         if x.dim() != 2 or (n_in > 0 and x.shape[1] != n_in):
             raise fail("x", f"a 2-D tensor with {n_in if n_in > 0 else 'd'} columns",
                        f"shape {tuple(x.shape)}")
@@ -170,7 +179,7 @@ class Basis(nn.Module):
 
     @property
     def is_fitted(self) -> bool:
-        return bool(self._fitted)
+        return self._fitted_now
 
     # -- subclass hooks ------------------------------------------------------------
     def _n_basis(self, n_in: int) -> int:
@@ -192,10 +201,11 @@ class Basis(nn.Module):
                 ref = getattr(self, name)
                 setattr(self, name, torch.empty_like(state_dict[key], device=ref.device))
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self._fitted_now, self._n_in_now = bool(self._fitted), int(self.n_in)
 
 
-def _as_tensor_rows(name: str, value, dtype=None) -> torch.Tensor:
-    t = torch.as_tensor(value, dtype=dtype if dtype is not None else torch.get_default_dtype())
+def _as_tensor_rows(name: str, value) -> torch.Tensor:
+    t = torch.as_tensor(value, dtype=torch.get_default_dtype())
     if t.dim() != 2 or t.shape[0] == 0:
         raise fail(name, "a 2-D array of shape (n_centers, n_features)", f"shape {tuple(t.shape)}")
     return t.clone()
@@ -285,7 +295,7 @@ class GaussianRBF(Basis):
         self.register_buffer("widths", torch.empty(0))
         if given:
             self._set(c, self._given_widths(c))
-            self.n_in.fill_(c.shape[1])
+            self._set_n_in(c.shape[1])
             self._ready_without_fit()
 
     def _n_basis(self, n_in: int) -> int:
@@ -453,7 +463,7 @@ class Sigmoidal(Basis):
         self.register_buffer("scales", torch.empty(0))
         if given:
             self.locations, self.scales = loc, self._scales_for(loc)
-            self.n_in.fill_(loc.shape[0])
+            self._set_n_in(loc.shape[0])
             self._ready_without_fit()
 
     def _n_basis(self, n_in: int) -> int:

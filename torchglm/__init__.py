@@ -16,7 +16,20 @@ from ._validation import (
 )
 from .families import FAMILIES, Family, get_family
 from .links import LINKS, Link, get_link
-from .models import GeneralizedLinearModel, LogisticRegression, ProbitRegression, SoftmaxRegression
+from .models import (
+    BernoulliNB,
+    GaussianDiscriminantAnalysis,
+    GaussianNB,
+    GenerativeClassifier,
+    GeneralizedLinearModel,
+    LinearDiscriminantAnalysis,
+    LogisticRegression,
+    MultinomialNB,
+    PoissonNB,
+    ProbitRegression,
+    QuadraticDiscriminantAnalysis,
+    SoftmaxRegression,
+)
 
 __version__ = "0.1.0"
 
@@ -36,4 +49,12 @@ __all__ = [
     "LogisticRegression",
     "ProbitRegression",
     "SoftmaxRegression",
+    "GenerativeClassifier",
+    "GaussianDiscriminantAnalysis",
+    "LinearDiscriminantAnalysis",
+    "QuadraticDiscriminantAnalysis",
+    "MultinomialNB",
+    "BernoulliNB",
+    "GaussianNB",
+    "PoissonNB",
 ]

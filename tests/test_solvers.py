@@ -293,8 +293,8 @@ def test_max_iter_warns_and_reports_not_converged():
 def test_float32_with_float64_polish_reaches_the_float64_optimum():
     x, y = breast_cancer()
     m64, m32 = LogisticRegression(8, l2=1e-4), LogisticRegression(8, l2=1e-4)
-    r64 = fit(m64, x, y, solver="newton", tol=1e-14)
-    r32 = fit(m32, x, y, solver="newton", dtype=torch.float32, tol=1e-14)
+    r64 = fit(m64, x, y, solver="newton", tol=1e-20)
+    r32 = fit(m32, x, y, solver="newton", dtype=torch.float32, tol=1e-20)
     assert r32.converged and r32.extra["stages"] == ["torch.float32", "torch.float64"]
     f64, f32 = r64.extra["loss"], r32.extra["loss"]
     assert abs(f32 - f64) <= 1e-12 * f64

@@ -150,3 +150,17 @@ def test_hessian_vector_product_without_forming_h(family, link):
     H = hessian(_objective(m, x, y, w))(theta)
     assert torch.allclose(sums.hvp(v), H @ v, rtol=1e-10, atol=1e-13)
     assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)
+
+
+@pytest.mark.parametrize("family", [f for f, c in FAMILIES.items() if not c.multi_output])
+def test_canonical_link_observed_equals_expected_information(family):
+    """The identity the Newton pass relies on for canonical links: torch.func's
+    d2l/deta2 equals (dmu/deta)^2 / V(mu)."""
+    from torchglm.solvers.derivatives import eta_derivatives
+
+    m, x, y, _ = _model_and_data(family, FAMILIES[family].canonical_link)
+    eta = m(x).detach()
+    _, d1a, observed = eta_derivatives(m.family, eta, y, order=2, expected=False)
+    _, d1b, expected = eta_derivatives(m.family, eta, y, order=2, expected=True)
+    assert torch.allclose(observed, expected, rtol=1e-12, atol=1e-14)
+    assert torch.equal(d1a, d1b)

@@ -173,6 +173,9 @@ class PassSums:
         self.W = theta[: m * d].view(m, d)
         self.b = theta[m * d:] if self.has_bias else None
         self.curvature = curvature
+        # For a canonical link d2l/deta2 = (dmu/deta)^2 / V(mu) exactly (observed =
+        # expected information), so the closed form replaces a second autodiff pass.
+        self.expected = curvature == "expected" or (self.scalar and model.family.is_canonical)
         self.saturation = saturation
         p = theta.numel()
         opts = dict(dtype=theta.dtype, device=theta.device)
@@ -206,7 +209,7 @@ class PassSums:
             d2 = None
         else:
             nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
-                                          expected=self.curvature == "expected")
+                                          expected=self.expected)
         s = batch.weight
         if s is None:
             self.weight_sum += nll.shape[0]

@@ -245,3 +245,38 @@ def test_separation_is_reported_with_the_diverging_coefficient():
     # with a penalty the MAP estimate exists: nothing diverges
     res2 = fit_glm(GeneralizedLinearModel(2, "bernoulli", l2=1e-2), x, y, solver="newton")
     assert res2.converged and res2.diverging == []
+
+
+@pytest.mark.parametrize("l2", [0.0, 1e-3])
+def test_softmax_fit_contrasts_match_statsmodels_mnlogit(l2):
+    import statsmodels.api as sm
+
+    d = sm.datasets.anes96.load_pandas()
+    X = d.exog[["logpopul", "selfLR", "age", "educ", "income"]].values
+    X = (X - X.mean(0)) / X.std(0)
+    y = np.minimum(d.endog.values.astype(int), 2)
+    exog = sm.add_constant(X, prepend=False)
+    if l2 == 0:
+        r = sm.MNLogit(y, exog).fit(method="newton", tol=1e-12, disp=0)
+        ref = r.params.T.ravel()
+    m = GeneralizedLinearModel(5, "categorical", n_classes=3, l2=l2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", NumericalWarning)
+        fr = m.fit(_t(X), torch.tensor(y), solver="newton", **TIGHT)
+    res = glm_results(m, _t(X), torch.tensor(y), fit_result=fr)
+    if l2 == 0:
+        np.testing.assert_allclose(res.params.numpy(), ref, rtol=1e-6)
+        np.testing.assert_allclose(res.bse.numpy(), r.bse.T.ravel(), rtol=1e-6)
+        assert res.llf == pytest.approx(r.llf, rel=1e-10)
+    else:
+        # the MAP contrasts' Laplace covariance J (S H)^+ J^T from the full Hessian (the
+        # unpenalized bias keeps its shift direction, so H is singular: any g-inverse)
+        _, _, H = hessian_and_gradient(m, TensorBatches(_t(X), torch.tensor(y)))
+        cov = torch.linalg.pinv(len(y) * H, hermitian=True, rtol=1e-10)
+        J = torch.zeros(12, 18)
+        for k in (1, 2):
+            for j in range(6):
+                a, b = (k * 5 + j, j) if j < 5 else (15 + k, 15)
+                J[(k - 1) * 6 + j, a], J[(k - 1) * 6 + j, b] = 1.0, -1.0
+        assert torch.allclose(res.cov_params, J @ cov @ J.T, rtol=1e-8, atol=1e-14)
+        assert "Laplace" in res.summary()

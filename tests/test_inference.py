@@ -156,9 +156,9 @@ def test_collinear_column_is_reported_unidentified():
 def test_identifiability_ignores_column_scale():
     g = torch.Generator().manual_seed(0)
     X = torch.randn(50, 3, generator=g) * torch.tensor([1e6, 1.0, 1e-6])
-    rank, inv, loading = identifiability(X.T @ X)
-    assert rank == 3 and float(loading.max()) < 1e-12
-    assert torch.allclose(inv, torch.linalg.inv(X.T @ X), rtol=1e-8, atol=0)
+    ident = identifiability(X.T @ X)
+    assert ident.rank == 3 and not bool(ident.unidentified().any())
+    assert torch.allclose(ident.inverse, torch.linalg.inv(X.T @ X), rtol=1e-8, atol=0)
 
 
 def test_penalized_fit_says_laplace_map_and_covariance_includes_prior():
@@ -204,5 +204,29 @@ def test_bad_arguments():
         glm_results(m, x, y, information="fisher")
     with pytest.raises(InputError, match="x/batches: expected either x and y or batches"):
         glm_results(m)
-    with pytest.raises(InputError, match="model: expected a single-output family"):
-        glm_results(GeneralizedLinearModel(2, "categorical", n_classes=3), x, torch.zeros(3))
+    with pytest.raises(InputError, match="offset: expected no offsets for softmax"):
+        glm_results(GeneralizedLinearModel(2, "categorical", n_classes=3), x, torch.tensor([0, 1, 2]),
+                    offset=torch.zeros(3))
+
+
+def test_softmax_contrasts_match_statsmodels_mnlogit():
+    d = sm.datasets.anes96.load_pandas()
+    X = d.exog[["logpopul", "selfLR", "age", "educ", "income"]].values
+    y = d.endog.values.astype(int)
+    y = np.minimum(y, 2)  # three ordered groups keep every class well populated
+    r = sm.MNLogit(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
+    K, dd = 3, X.shape[1]
+    # a symmetric parametrization with the same contrasts: w_0 = 0, w_k = MNLogit's column k-1
+    W = np.zeros((K, dd))
+    b = np.zeros(K)
+    W[1:] = r.params[:dd].T
+    b[1:] = r.params[dd]
+    m = GeneralizedLinearModel(dd, "categorical", n_classes=K)
+    set_flat_parameters(m, torch.tensor(np.concatenate([W.ravel(), b])))
+    res = glm_results(m, _t(X), torch.tensor(y))
+    ref_params = r.params.T.ravel()  # class 1 (features..., const), then class 2
+    np.testing.assert_allclose(res.params.numpy(), ref_params, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(res.bse.numpy(), r.bse.T.ravel(), rtol=1e-6)
+    for k in ("llf", "llnull", "aic", "bic", "df_model", "df_resid"):
+        assert getattr(res, k) == pytest.approx(float(getattr(r, k)), rel=1e-8), k
+    assert res.names[0] == "1:x0" and res.names[dd] == "1:intercept" and "contrasts" in res.summary()

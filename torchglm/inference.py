@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import torch
 from scipy import stats
@@ -39,7 +39,7 @@ from .data.batches import Batch, TensorBatches
 from .solvers.base import FitResult, all_reduce_sum
 from .solvers.derivatives import eta_derivatives, flat_parameters, hessian_and_gradient
 
-__all__ = ["GLMResults", "glm_results", "fit_glm", "identifiability"]
+__all__ = ["GLMResults", "glm_results", "fit_glm", "identifiability", "Identifiability"]
 
 #: eigenvalues of the correlation-scaled information below this are null directions
 _RANK_TOL = 1e-10
@@ -241,18 +241,40 @@ def _fmt_p(v) -> str:
     return f"{v:.3f}" if math.isfinite(v) else "nan"
 
 
-def identifiability(info: torch.Tensor, tol: float = _RANK_TOL):
-    """Rank, pseudo-inverse and null directions of a symmetric information matrix.
+class Identifiability(NamedTuple):
+    """What :func:`identifiability` finds in an information matrix ``A``.
+
+    Attributes:
+        rank: numerical rank.
+        inverse: a generalized inverse ``G`` (``A G A = A``): ``A^{-1}`` when
+            ``A`` is regular, else the pseudo-inverse of the unit-diagonal
+            scaling, mapped back. ``J G J^T`` is the covariance of every
+            estimable ``J theta``, whatever the generalized inverse.
+        null: orthonormal basis (columns) of the null space of the scaled matrix.
+        scale: ``D^{-1/2}``, the scaling (``theta = scale * phi``).
+    """
+
+    rank: int
+    inverse: torch.Tensor
+    null: torch.Tensor
+    scale: torch.Tensor
+
+    def unidentified(self, J: torch.Tensor | None = None, tol: float = 1e-6) -> torch.Tensor:
+        """Mask of the rows of ``J theta`` (default: each coefficient) that are not
+        estimable: a linear function is estimable iff it vanishes on the null space."""
+        if J is None:
+            return (self.null * self.null).sum(1) > tol
+        Js = J * self.scale.unsqueeze(0)  # J theta = (J D^{-1/2}) phi
+        num = ((Js @ self.null) ** 2).sum(1)
+        return num > tol * (Js * Js).sum(1)
+
+
+def identifiability(info: torch.Tensor, tol: float = _RANK_TOL) -> Identifiability:
+    """Rank, generalized inverse and null directions of a symmetric information matrix.
 
     The matrix is first scaled to unit diagonal (``C = D^{-1/2} I D^{-1/2}``), so
     that badly scaled but identified columns are not mistaken for collinear ones;
     eigenvalues of ``C`` below ``tol * max`` span the null space.
-
-    Returns:
-        ``(rank, inverse, null_loading)``: ``inverse`` is ``I^{-1}`` (the
-        pseudo-inverse on the identified subspace when singular) and
-        ``null_loading[j]`` the squared norm of coefficient ``j``'s component in
-        the null space (0 for an estimable coefficient).
     """
     d = torch.diagonal(info)
     # a column without information (all zeros, or zero weight) is unidentified outright;
@@ -264,9 +286,7 @@ def identifiability(info: torch.Tensor, tol: float = _RANK_TOL):
     evals, evecs = torch.linalg.eigh(0.5 * (C + C.T))
     keep = evals > tol * evals.max()
     inv_c = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
-    null = evecs[:, ~keep]
-    loading = (null * null).sum(1)
-    return int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), loading
+    return Identifiability(int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), evecs[:, ~keep], s)
 
 
 def _coef_names(model, feature_names) -> list[str]:
@@ -383,7 +403,7 @@ def _null_intercept(model, batches, dtype, sums: _Sums, max_iter: int = 100):
     return b
 
 
-def _diverging_from_solver(fit_result, names) -> list[str]:
+def _diverging_from_solver(fit_result, names, J: torch.Tensor) -> list[str]:
     """Names the solver flagged as diverging (``FitResult.extra["separation"]``)."""
     if fit_result is None:
         return []
@@ -393,13 +413,11 @@ def _diverging_from_solver(fit_result, names) -> list[str]:
     if isinstance(sep, dict):
         direction = sep.get("direction")
         if direction is not None:
-            v = torch.as_tensor(direction, dtype=torch.float64).reshape(-1)
-            if v.numel() == len(names):
+            v = torch.as_tensor(direction, dtype=J.dtype, device=J.device).reshape(-1)
+            if v.numel() == J.shape[1]:
+                v = J @ v
                 big = v.abs() > 0.05 * v.abs().max()
                 return [n for n, b in zip(names, big.tolist()) if b]
-        listed = sep.get("coefficients") or sep.get("names")
-        if listed:
-            return [str(n) for n in listed]
     return []
 
 
@@ -418,7 +436,12 @@ def glm_results(
     feature_names: list[str] | None = None,
     dtype: torch.dtype = torch.float64,
 ) -> GLMResults:
-    """Inference for a fitted single-output GLM (see the module docstring).
+    """Inference for a fitted GLM (see the module docstring).
+
+    Softmax regression is reported as contrasts ``w_k - w_0`` against class 0
+    (statsmodels' ``MNLogit`` parametrization): they are estimable although the
+    symmetric parameters are not, and ``J G J^T`` is their covariance for any
+    generalized inverse ``G`` of the information.
 
     Args:
         model: a fitted :class:`~torchglm.models.GeneralizedLinearModel`.
@@ -440,8 +463,9 @@ def glm_results(
         A :class:`GLMResults`.
 
     Raises:
-        InputError: for a multi-output family, missing or duplicated data, an
-            unknown ``information``, or parameters where the Hessian is not finite.
+        InputError: missing or duplicated data, an unknown ``information``,
+            offsets with softmax regression, or parameters where the Hessian is
+            not finite.
 
     Example:
         >>> m = GeneralizedLinearModel(2, "poisson")
@@ -449,8 +473,6 @@ def glm_results(
         >>> print(glm_results(m, x, y, fit_result=fr).summary())
     """
     fam = model.family
-    if fam.multi_output:
-        raise fail("model", "a single-output family for glm_results", f"family '{fam.name}'")
     if (batches is None) == (x is None):
         raise fail("x/batches", "either x and y or batches", "both" if x is not None else "neither")
     if batches is None:
@@ -463,77 +485,55 @@ def glm_results(
     if not 0 < alpha < 1:
         raise fail("alpha", "a level in (0, 1)", alpha)
 
-    names = _coef_names(model, feature_names)
     _, grad, H = hessian_and_gradient(model, batches, expected=information == "expected", dtype=dtype)
     if not bool(torch.isfinite(H).all()):
         raise fail("model", "parameters where the likelihood and its curvature are finite (a fitted model)",
                    "a non-finite Hessian: eta lies outside the family's mean domain")
-    device = H.device
-    sums = _Sums(fam, dtype, device)
-    for batch in batches:
-        eta, yb, w = _batch_eta(model, batch, dtype)
-        sums.has_offset |= batch.offset is not None
-        sums.add(eta, yb, w)
-    sums.finish()
-
-    S = sums.weight  # the objective's normalizer: H is the Hessian of a mean
-    rank, inv, loading = identifiability(S * H)
-    n_rows = int(sums.rows)
-    nobs = float(sums.rows) if fam.weight_is_trials else float(sums.weight)
-    df_model, df_resid = rank - 1, nobs - rank
-    pearson = float(sums.pearson)
-    scale = pearson / df_resid if fam.has_dispersion else 1.0
-    if fam.name == "gaussian" and fam.link.name == "identity":
-        llf_scale = pearson / nobs  # the concentrated likelihood, phi^ = RSS / n
+    if fam.multi_output:
+        fs = _categorical_stats(model, batches, dtype, feature_names)
     else:
-        llf_scale = scale
-    llf = float(_log_likelihood(model, batches, dtype, llf_scale))
-
-    b0 = _null_intercept(model, batches, dtype, sums)
-    null_dev = torch.zeros((), dtype=dtype, device=device)
-    for batch in batches:
-        eta, yb, w = _batch_eta(model, batch, dtype)
-        d = fam.unit_deviance(yb, fam.mean(_null_eta(batch, eta, b0, dtype)))
-        null_dev = null_dev + (d if w is None else w * d).sum()
-    all_reduce_sum(null_dev)
-    llnull = float(_log_likelihood(model, batches, dtype, scale, intercept=b0))
-
-    params = flat_parameters(model, dtype).to(device)
-    cov = scale * inv
-    unident = loading > 1e-6
-    var = torch.diagonal(cov).clone()
-    var[unident] = float("nan")
-    bse = var.sqrt()
-    statistic = params / bse
-    if use_t:
-        pvalues = torch.as_tensor(2 * stats.t.sf(statistic.abs().cpu().numpy(), df_resid), dtype=dtype)
-        q = float(stats.t.ppf(1 - alpha / 2, df_resid))
-    else:
-        # exp(log_ndtr) keeps the far tail (ndtr(-|z|) underflows to 0 near |z| = 8)
-        pvalues = 2 * torch.exp(torch.special.log_ndtr(-statistic.abs()))
-        q = float(stats.norm.ppf(1 - alpha / 2))
-    pvalues = pvalues.to(device)
-    conf_int = torch.stack([params - q * bse, params + q * bse], dim=1)
-
+        fs = _scalar_stats(model, batches, dtype, feature_names)
+    ident = identifiability(fs.S * H)
+    J = fs.J if fs.J is not None else torch.eye(H.shape[0], dtype=dtype, device=H.device)
+    theta = flat_parameters(model, dtype).to(H.device)
+    params = J @ theta
+    unident = ident.unidentified(None if fs.J is None else J)
+    # statsmodels counts the rank of the design; for softmax contrasts, the estimable ones
+    rank = ident.rank if fs.J is None else int((~unident).sum())
+    df_model = rank - fs.n_constants
+    df_resid = fs.nobs - rank
+    if fs.scale_from_pearson:
+        scale = fs.pearson / df_resid
+        llf_scale = fs.pearson / fs.nobs if fs.concentrated else scale
+        fs = fs._replace(scale=scale, llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
+                         llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)))
+    cov = fs.scale * (J @ ident.inverse @ J.T)
+    bse, statistic, pvalues, conf_int = _wald(params, cov, unident, use_t, df_resid, alpha)
+    names = fs.names
     unidentified = [n for n, u in zip(names, unident.tolist()) if u]
-    diverging = _diverging_from_solver(fit_result, names)
+    diverging = _diverging_from_solver(fit_result, names, J)
     notes = []
     if model.l2 > 0:
         notes.append(
             f"penalized fit (l2={model.l2:g}): the covariance is that of the Laplace "
             "approximation at the MAP estimate (posterior, not sampling, uncertainty)"
         )
+    if fs.J is not None:
+        notes.append(
+            "softmax coefficients are reported as contrasts w_k - w_0 against class 0 "
+            "(statsmodels' MNLogit parametrization; the fitted probabilities are unchanged)"
+        )
     if unidentified:
         notes.append(
-            f"information matrix has rank {rank} < {len(names)}: coefficients "
+            f"information matrix has rank {ident.rank} < {H.shape[0]}: coefficients "
             f"{unidentified} are not identified (collinear or constant columns); "
             "their standard errors are NaN"
         )
-    if int(sums.saturated) > 0 and model.l2 == 0:
+    if fs.saturated > 0 and model.l2 == 0:
         if not diverging:
-            diverging = _diverging_direction(H, grad, names)
+            diverging = _diverging_direction(H, grad, names, J)
         notes.append(
-            f"{int(sums.saturated)} fitted probabilities are numerically 0 or 1: the data "
+            f"{fs.saturated} fitted probabilities are numerically 0 or 1: the data "
             f"look (quasi-)separated; coefficients {diverging} diverge and their standard "
             "errors are meaningless. Use an L2 penalty (l2 > 0)."
         )
@@ -554,18 +554,18 @@ def glm_results(
         link=fam.link.name,
         solver=None if fit_result is None else fit_result.solver,
         information=information,
-        nobs=nobs,
-        n_rows=n_rows,
+        nobs=fs.nobs,
+        n_rows=fs.n_rows,
         df_model=float(df_model),
         df_resid=float(df_resid),
-        scale=scale,
-        llf=llf,
-        llnull=float(llnull),
-        deviance=float(sums.deviance),
-        null_deviance=float(null_dev),
-        pearson_chi2=pearson,
-        aic=-2 * llf + 2 * rank,
-        bic=-2 * llf + rank * math.log(nobs),
+        scale=float(fs.scale),
+        llf=fs.llf,
+        llnull=fs.llnull,
+        deviance=fs.deviance,
+        null_deviance=fs.null_deviance,
+        pearson_chi2=fs.pearson,
+        aic=-2 * fs.llf + 2 * rank,
+        bic=-2 * fs.llf + rank * math.log(fs.nobs),
         n_iter=None if fit_result is None else int(fit_result.n_iter),
         converged=None if fit_result is None else bool(fit_result.converged),
         l2=float(model.l2),
@@ -577,12 +577,123 @@ def glm_results(
     )
 
 
-def _diverging_direction(H: torch.Tensor, grad: torch.Tensor, names: list[str]) -> list[str]:
+class _FitStats(NamedTuple):
+    """The per-observation sums of one fit, before the covariance."""
+
+    names: list[str]
+    J: torch.Tensor | None  # reported coefficients = J theta (None: theta itself)
+    S: torch.Tensor  # the objective's normalizer: the Hessian is that of a weighted mean
+    nobs: float
+    n_rows: int
+    n_constants: int  # intercepts in the reported coefficients (df_model = rank - this)
+    scale: float
+    scale_from_pearson: bool
+    concentrated: bool  # Gaussian identity: llf at phi = RSS / nobs
+    pearson: float
+    llf: float
+    llnull: float
+    deviance: float
+    null_deviance: float
+    saturated: int
+    null_b0: torch.Tensor | None
+
+
+def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
+    fam = model.family
+    sums = _Sums(fam, dtype, model.linear.weight.device)
+    for batch in batches:
+        eta, yb, w = _batch_eta(model, batch, dtype)
+        sums.has_offset |= batch.offset is not None
+        sums.add(eta, yb, w)
+    sums.finish()
+    nobs = float(sums.rows) if fam.weight_is_trials else float(sums.weight)
+    b0 = _null_intercept(model, batches, dtype, sums)
+    null_dev = torch.zeros((), dtype=dtype, device=sums.weight.device)
+    for batch in batches:
+        eta, yb, w = _batch_eta(model, batch, dtype)
+        d = fam.unit_deviance(yb, fam.mean(_null_eta(batch, eta, b0, dtype)))
+        null_dev = null_dev + (d if w is None else w * d).sum()
+    all_reduce_sum(null_dev)
+    dispersion = fam.has_dispersion
+    return _FitStats(
+        names=_coef_names(model, feature_names), J=None, S=sums.weight, nobs=nobs, n_rows=int(sums.rows),
+        n_constants=1, scale=1.0, scale_from_pearson=dispersion,
+        concentrated=fam.name == "gaussian" and fam.link.name == "identity",
+        pearson=float(sums.pearson),
+        llf=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0)),
+        llnull=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0, intercept=b0)),
+        deviance=float(sums.deviance), null_deviance=float(null_dev), saturated=int(sums.saturated), null_b0=b0,
+    )
+
+
+def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
+    """Softmax regression: contrasts against class 0, multinomial log-likelihoods."""
+    fam = model.family
+    K, d = model.linear.weight.shape
+    has_bias = model.linear.bias is not None
+    device = model.linear.weight.device
+    counts = torch.zeros(K, dtype=dtype, device=device)
+    S, rows, nll_sum, saturated = (torch.zeros((), dtype=dtype, device=device) for _ in range(4))
+    for batch in batches:
+        if batch.offset is not None:
+            raise fail("offset", "no offsets for softmax-regression inference", "offsets")
+        eta, yb, w = _batch_eta(model, batch, dtype)
+        w = torch.ones(eta.shape[0], dtype=dtype, device=device) if w is None else w
+        nll = fam.nll(eta, yb)
+        S += w.sum()
+        rows += eta.shape[0]
+        nll_sum += (w * nll).sum()
+        counts += torch.zeros_like(counts).index_add_(0, yb.long(), w)
+        saturated += ((nll < 1e-10) & (w > 0)).sum()
+    all_reduce_sum(S, rows, nll_sum, counts, saturated)
+    llf = -float(nll_sum)
+    llnull = float(torch.xlogy(counts, counts / S).sum())
+    # J theta = [w_k - w_0, b_k - b_0] for k = 1..K-1 in the flat order [W.reshape(-1), b]
+    p = K * d + (K if has_bias else 0)
+    cols = d + has_bias
+    J = torch.zeros((K - 1) * cols, p, dtype=dtype, device=device)
+    features = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
+    if len(features) != d:
+        raise fail("feature_names", f"{d} names", len(features))
+    names = []
+    for k in range(1, K):
+        for j in range(cols):
+            row = (k - 1) * cols + j
+            if j < d:
+                J[row, k * d + j], J[row, j] = 1.0, -1.0
+            else:
+                J[row, K * d + k], J[row, K * d] = 1.0, -1.0
+            names.append(f"{k}:{features[j] if j < d else 'intercept'}")
+    return _FitStats(
+        names=names, J=J, S=S, nobs=float(S), n_rows=int(rows), n_constants=(K - 1) if has_bias else 0,
+        scale=1.0, scale_from_pearson=False, concentrated=False, pearson=float("nan"), llf=llf, llnull=llnull,
+        deviance=-2 * llf, null_deviance=-2 * llnull, saturated=int(saturated), null_b0=None,
+    )
+
+
+def _wald(params, cov, unident, use_t: bool, df_resid: float, alpha: float):
+    """Standard errors, z (or t) statistics, two-sided p-values and intervals."""
+    var = torch.diagonal(cov).clone()
+    var[unident] = float("nan")
+    bse = var.sqrt()
+    statistic = params / bse
+    if use_t:
+        pvalues = torch.as_tensor(2 * stats.t.sf(statistic.abs().cpu().numpy(), df_resid),
+                                  dtype=params.dtype).to(params.device)
+        q = float(stats.t.ppf(1 - alpha / 2, df_resid))
+    else:
+        # exp(log_ndtr) keeps the far tail (ndtr(-|z|) underflows to 0 near |z| = 8)
+        pvalues = 2 * torch.exp(torch.special.log_ndtr(-statistic.abs()))
+        q = float(stats.norm.ppf(1 - alpha / 2))
+    conf_int = torch.stack([params - q * bse, params + q * bse], dim=1)
+    return bse, statistic, pvalues, conf_int
+
+
+def _diverging_direction(H: torch.Tensor, grad: torch.Tensor, names: list[str], J: torch.Tensor) -> list[str]:
     """Coefficients along the Newton step ``-H^+ g``: under separation the likelihood
     keeps rising along the separating direction, and the Newton step points along it
     (the solvers' own test, :mod:`torchglm.solvers.stepper`)."""
-    _, inv, _ = identifiability(H)
-    v = (inv @ grad).abs()
+    v = (J @ identifiability(H).inverse @ grad).abs()
     big = v >= 0.1 * v.max()
     return [n for n, b in zip(names, big.tolist()) if b]
 

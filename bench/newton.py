@@ -11,6 +11,7 @@ own (unpenalized) problem and their objective gap on ours is reported.
 
     python bench/newton.py            # the sizes (several minutes on 2 cores)
     python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
+    python bench/newton.py --threads 1   # one thread everywhere (a shared, loaded machine)
 
 Writes bench/results/newton.json and prints a table per problem with the ratio
 of each method's time to the fastest peer (a library other than torchglm).
@@ -257,8 +258,15 @@ def main():
     ap.add_argument("--repeats", type=int, default=None,
                     help="runs per setting, the minimum time is kept (default 3 quick, 1 full)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
+    ap.add_argument("--threads", type=int, default=None,
+                    help="limit torch and BLAS (threadpoolctl) threads, e.g. 1 on a shared machine")
     args = ap.parse_args()
     args.repeats = args.repeats or (3 if args.quick else 1)
+    if args.threads:
+        from threadpoolctl import threadpool_limits
+
+        torch.set_num_threads(args.threads)
+        threadpool_limits(args.threads)
     out = dict(machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                             torch=torch.__version__, threads=torch.get_num_threads(),
                             loadavg=os.getloadavg()),

@@ -7,7 +7,7 @@ softmax) or an indefinite one (a non-canonical link far from the optimum), an
 eigendecomposition gives the modified step
 
     delta = -sum_i [ |lambda_i| > r ] u_i u_i^T g / |lambda_i|,
-    r = rtol * max_i |lambda_i|,
+    r = max(p, 10) eps max_i |lambda_i|,
 
 the minimum-norm step on the well-determined eigen-directions, always a
 descent direction (Nocedal & Wright, "Numerical Optimization", 2nd ed., 3.4).
@@ -26,7 +26,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     Args:
         H: symmetric (p, p) Hessian (or expected information).
         g: gradient, shape (p,).
-        rtol: relative eigenvalue cutoff of the fallback (default ``100 p eps``).
+        rtol: relative cutoff, on the squared pivot ratio of the Cholesky factor and
+            on the eigenvalues of the fallback (default ``max(p, 10) eps``: below it
+            ``H`` is singular to working precision).
 
     Returns:
         ``(delta, note)``: the step and ``None``, or a short description of the
@@ -34,7 +36,7 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     """
     p = g.numel()
     eps = torch.finfo(H.dtype).eps
-    rtol = 100 * p * eps if rtol is None else rtol
+    rtol = max(p, 10) * eps if rtol is None else rtol
     L, info = torch.linalg.cholesky_ex(H)
     if int(info) == 0:
         piv = L.diagonal()

@@ -92,7 +92,9 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
         dtype: computation dtype; Newton-type solvers default to float64.
         polish: after a fit in a lower precision (``dtype=torch.float32``),
             continue in float64 from its result until the float64 stopping rule
-            holds (usually one verifying pass). Default: on for lower precision.
+            holds (usually one verifying pass). Newton and IRLS reuse the last
+            float32 Hessian there, so a polish pass costs one float64 loss and
+            gradient. Default: on for lower precision.
         max_passes: cap on passes (default generous: ``50 * max_iter``).
         **options: more fitter options (``tol``, ``gtol``, ``lr``, ...).
 
@@ -126,7 +128,11 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     stages = [work, torch.float64] if polish and work != torch.float64 else [work]
     result = None
     for dt in stages:
-        fitter = cls(model, max_iter=max_iter, dtype=dt, **options)
+        extra = {}
+        if result is not None and result.extra.get("hessian") is not None:
+            # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
+            extra["fixed_hessian"] = result.extra["hessian"]
+        fitter = cls(model, max_iter=max_iter, dtype=dt, **options, **extra)
         cast = (lambda t: None if t is None else t.to(dt))
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y
@@ -151,5 +157,8 @@ def _chain(first: FitResult, second: FitResult) -> FitResult:
     second.history = first.history + second.history
     second.n_iter += offset
     second.extra["stages"] = [first.extra.get("dtype"), second.extra.get("dtype")]
+    if second.extra.get("hessian") is None and first.extra.get("hessian") is not None:
+        # Newton's polish steps with the first stage's Hessian (float32-accurate).
+        second.extra["hessian"] = first.extra["hessian"].to(torch.float64)
     second.extra["passes"] = first.extra.get("passes", 0) + second.extra.get("passes", 0)
     return second

@@ -35,6 +35,7 @@ import torch
 from torch.func import grad, vmap
 
 from ..data.batches import Batch
+from ..links import Link
 from .base import all_reduce_sum
 
 __all__ = [
@@ -149,7 +150,8 @@ class PassSums:
     and adds the penalty. After ``finish``: ``loss``, ``grad``, and ``hess``
     (``curvature="full"`` or ``"expected"``), ``diag`` (``"diag"``), or ``diag``
     and the stored per-batch curvature for :meth:`hvp` (``"hvp"``); ``n_invalid`` counts samples
-    whose eta left the link's domain or whose loss is not finite, and
+    whose eta left the link's domain (plus one when the summed loss is not
+    finite), and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
     probability numerically 0 or 1: a sign of separation), ``n_samples`` the
     rows seen and ``y_sum`` the weighted sum of scalar targets.
@@ -158,7 +160,8 @@ class PassSums:
         model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
         theta: flat parameters (see the module docstring for the order).
         curvature: ``None``, ``"full"``, ``"expected"``, ``"diag"`` or ``"hvp"``.
-        saturation: per-sample loss below which a sample counts as saturated.
+        saturation: per-sample loss below which a sample counts as saturated
+            (0 skips the count).
     """
 
     def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
@@ -177,6 +180,9 @@ class PassSums:
         # expected information), so the closed form replaces a second autodiff pass.
         self.expected = curvature == "expected" or (self.scalar and model.family.is_canonical)
         self.saturation = saturation
+        # Only links that restrict eta (inverse, negative reciprocal) need the mask;
+        # a non-finite loss anywhere shows in the summed loss.
+        self.restricted = type(model.family.link).valid_eta is not Link.valid_eta
         p = theta.numel()
         opts = dict(dtype=theta.dtype, device=theta.device)
         self.p = p
@@ -216,12 +222,11 @@ class PassSums:
         else:
             s = s.to(eta.dtype)
             self.weight_sum += s.sum()
-        valid = self.family.link.valid_eta(eta)
-        if valid.dim() == 2:
-            valid = valid.all(-1)
-        bad = ~(valid & torch.isfinite(nll))
-        self.counts[0] += bad.sum()
-        self.counts[1] += (nll < self.saturation).sum()
+        if self.restricted:
+            valid = self.family.link.valid_eta(eta)
+            self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
+        if self.saturation > 0:
+            self.counts[1] += (nll < self.saturation).sum()
         self.counts[2] += nll.shape[0]
         if self.scalar:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
@@ -247,25 +252,29 @@ class PassSums:
         m, d, H = self.m, self.d, self.hess
         blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
         md = m * d
-        # The per-sample blocks are symmetric (h_kl = h_lk): compute each pair once.
-        for k in range(m):
-            for l in range(k, m):
-                h = blocks[:, k, l]
-                xh = x * h.unsqueeze(-1)
-                xx = x.T @ xh
-                H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
-                if l != k:
-                    H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
-                if self.has_bias:
-                    xh_sum = xh.sum(0)
-                    H[k * d:(k + 1) * d, md + l] += xh_sum
-                    H[md + l, k * d:(k + 1) * d] += xh_sum
-                    hs = h.sum()
-                    H[md + k, md + l] += hs
+        # Row chunks of ~1 MB keep x * h in cache: X^T (h * X) = sum over chunks.
+        rows = max(256, 2**17 // max(d, 1))
+        for i in range(0, x.shape[0], rows):
+            xc, bc = x[i:i + rows], blocks[i:i + rows]
+            # The per-sample blocks are symmetric (h_kl = h_lk): compute each pair once.
+            for k in range(m):
+                for l in range(k, m):
+                    h = bc[:, k, l]
+                    xh = xc * h.unsqueeze(-1)
+                    xx = xc.T @ xh
+                    H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
                     if l != k:
-                        H[l * d:(l + 1) * d, md + k] += xh_sum
-                        H[md + k, l * d:(l + 1) * d] += xh_sum
-                        H[md + l, md + k] += hs
+                        H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
+                    if self.has_bias:
+                        xh_sum = xh.sum(0)
+                        H[k * d:(k + 1) * d, md + l] += xh_sum
+                        H[md + l, k * d:(k + 1) * d] += xh_sum
+                        hs = h.sum()
+                        H[md + k, md + l] += hs
+                        if l != k:
+                            H[l * d:(l + 1) * d, md + k] += xh_sum
+                            H[md + k, l * d:(l + 1) * d] += xh_sum
+                            H[md + l, md + k] += hs
 
     def _add_diag(self, x, d2):
         m, d = self.m, self.d
@@ -283,7 +292,7 @@ class PassSums:
             sums.append(self.diag)
         all_reduce_sum(*sums)
         S = self.weight_sum
-        self.n_invalid = int(self.counts[0])
+        self.n_invalid = int(self.counts[0]) + (0 if bool(torch.isfinite(self.loss_sum)) else 1)
         self.n_saturated = int(self.counts[1])
         self.n_samples = int(self.counts[2])
         w = self.theta * self.mask

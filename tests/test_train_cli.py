@@ -118,6 +118,29 @@ def test_overrides_config_callbacks_and_fit_result(tmp_path, capsys):
     assert "metric" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("solver", ["newton", "irls"])
+def test_pass_based_solver_writes_checkpoint_and_predicts(tmp_path, solver):
+    run_dir = tmp_path / "run"
+    # the tiny training split is separable: a small L2 penalty makes the optimum finite
+    assert main(["--config", TINY, "--run_dir", str(run_dir), "--model.solver", solver,
+                 "--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "50"]) == 0
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    assert metrics["fit"]["converged"] and metrics["fit"]["solver"] == solver
+    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    assert ckpt.is_file()
+    # the checkpoint holds the solver's optimum: same weights as solvers.fit on the training split
+    from torchglm import LogisticRegression
+    from torchglm.data.module import GLMDataModule
+    from torchglm.solvers import fit
+
+    dm = GLMDataModule("gaussians2", batch_size=32, dataset_options={"n_samples": 200})
+    dm.setup()
+    ref = LogisticRegression(2, l2=0.01)
+    fit(ref, *dm.split("train"), solver=solver)
+    state = torch.load(ckpt, weights_only=True)["state_dict"]
+    torch.testing.assert_close(state["model.linear.weight"], ref.linear.weight.detach(), rtol=1e-6, atol=1e-8)
+
+
 def test_help_and_print_config(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
@@ -195,3 +218,26 @@ def test_bad_input(tmp_path, files, capsys, case, extra, message):
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
     # nothing that looks like a result was left behind
     assert _outputs(run_dir) == []
+
+
+@pytest.mark.slow
+def test_two_process_ddp_equals_one_process(tmp_path):
+    """Each rank holds half of the rows; Newton's all-reduced sums give the
+    single-process iterates."""
+    args = ["--config", str(ROOT / "configs" / "quickstart.yaml"), "--model.solver", "newton",
+            "--trainer.enable_progress_bar", "false"]
+    assert main([*args, "--run_dir", str(tmp_path / "one")]) == 0
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *args, "--run_dir", str(tmp_path / "two"),
+                           "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("run directory") == 1  # only rank 0 reports
+    one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
+    assert one["fit"]["n_iter"] == two["fit"]["n_iter"] and two["fit"]["converged"]
+    for split in ("train", "val", "test"):
+        for k, v in one[split].items():
+            assert two[split][k] == pytest.approx(v, rel=1e-6, abs=1e-7), (split, k)
+    w1, w2 = (torch.load(tmp_path / d / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+              for d in ("one", "two"))
+    torch.testing.assert_close(w1["model.linear.weight"], w2["model.linear.weight"], rtol=1e-9, atol=1e-10)

@@ -133,7 +133,8 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             **{split: _strip(values, split) for split, values in
                (("train", train), ("val", val), ("test", test))},
         }
-        _write_json_atomic(Path(run_dir) / "metrics.json", metrics)
+        if trainer.is_global_zero:
+            _write_json_atomic(Path(run_dir) / "metrics.json", metrics)
     except BaseException:
         shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
         raise
@@ -236,10 +237,8 @@ def _one_line(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``train.py``; returns the exit status (0 ok, 2 bad input)."""
     args = sys.argv[1:] if argv is None else list(argv)
-    # Irrelevant here: pass-based fitters run without a torch optimizer, the
-    # LeafSpec notice is Lightning's own use of a deprecated torch API, and the
-    # task's transfer_batch_to_device is meant to take precedence.
-    warnings.filterwarnings("ignore", message=".*`configure_optimizers` returned `None`.*")
+    # Irrelevant here: the LeafSpec notice is Lightning's own use of a deprecated
+    # torch API, and the task's transfer_batch_to_device is meant to take precedence.
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     try:
@@ -251,5 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     except (InputError, argparse.ArgumentError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         return 2
-    print(format_table(metrics))
+    if cli.trainer.is_global_zero:
+        print(format_table(metrics))
     return 0

@@ -10,8 +10,9 @@ The task holds no math. It builds the model once the data are known
   manual optimization driving ``fitter = model.make_fitter(solver, **solver_options)``
   (:class:`torchglm.solvers.base.Fitter`): one epoch is one pass,
   ``start_pass`` -> ``accumulate(batch)`` per batch -> ``end_pass`` on the last
-  batch (so validation sees the stepped parameters); the trainer stops when the
-  fitter is done.
+  batch (so validation sees the stepped parameters), taken through Lightning as
+  the step of a parameter-free :class:`PassStep` optimizer; the trainer stops
+  when the fitter is done.
 
 Preprocessing travels with the checkpoint: the training split's standardization
 (``feature_mean``, ``feature_scale`` buffers) and the basis ``phi``, so
@@ -34,9 +35,29 @@ from ..data.batches import Batch
 from ..solvers.base import FitResult
 from .metrics import GLMMetrics
 
-__all__ = ["GLMTask"]
+__all__ = ["GLMTask", "PassStep"]
 
 _CALLABLE_ARGS = ("model", "optimizer", "lr_scheduler", "basis")
+
+
+class PassStep(torch.optim.Optimizer):
+    """Lightning's view of a pass-based fitter: ``step()`` ends the pass.
+
+    ``step`` calls ``fitter.end_pass()`` (all-reduce, solve, step, convergence
+    check), so Lightning counts one optimizer step per pass: ``global_step``,
+    step-based checkpointing and logger axes work for Newton, IRLS and closed
+    forms as for SGD. It owns no parameters (the fitter updates the model).
+    """
+
+    def __init__(self, fitter):
+        super().__init__([{"params": []}], {})
+        self.fitter = fitter
+        self.done = False
+
+    def step(self, closure=None):
+        if closure is not None:
+            closure()  # Lightning's hooks around the step (on_before_optimizer_step)
+        self.done = self.fitter.end_pass()
 
 
 class GLMTask(pl.LightningModule):
@@ -232,7 +253,7 @@ class GLMTask(pl.LightningModule):
     # -- training -----------------------------------------------------------------
     def configure_optimizers(self):
         if not self.automatic_optimization:
-            return None
+            return PassStep(self.fitter)
         opt = self.optimizer_factory(self.parameters())
         if self.lr_scheduler_factory is None:
             return opt
@@ -256,6 +277,10 @@ class GLMTask(pl.LightningModule):
         x = self._phi(batch.x)
         if not self.automatic_optimization:
             self.fitter.accumulate(Batch(x, batch.y, batch.weight, batch.offset))
+            # The pass ends inside training_step (Lightning counts manual steps only
+            # here) and before validation, which then sees the stepped parameters.
+            if batch_idx == self.trainer.num_training_batches - 1:
+                self._end_pass()
             return None
         loss = self.model.objective(x, batch.y, batch.weight, batch.offset)
         self._epoch_loss["sum"].add_(loss.detach())
@@ -267,10 +292,10 @@ class GLMTask(pl.LightningModule):
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
         return loss
 
-    def on_train_batch_end(self, outputs, batch, batch_idx: int) -> None:
-        if self.automatic_optimization or batch_idx != self.trainer.num_training_batches - 1:
-            return
-        done = self.fitter.end_pass()
+    def _end_pass(self) -> None:
+        step = self.optimizers()
+        step.step()
+        done = step.optimizer.done
         self.fit_result = self.fitter.result
         if self.fit_result.history:
             last = self.fit_result.history[-1]

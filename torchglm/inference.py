@@ -49,8 +49,10 @@ _RANK_TOL = 1e-10
 class GLMResults:
     """Results of a GLM fit, with statsmodels' ``GLMResults`` names and conventions.
 
-    Coefficients are in the model's flat order: the weights ``weight[k, j]``
-    (named by ``feature_names``) then the intercept.
+    Coefficients are in the model's flat order: the weights (named by
+    ``feature_names``) then the intercept; for softmax regression the contrasts
+    ``w_k - w_0``, ``k = 1..K-1``, each class's features then its intercept
+    (named ``k:feature``, ``k:intercept``), as statsmodels' ``MNLogit``.
 
     Attributes:
         names: coefficient names.
@@ -59,13 +61,15 @@ class GLMResults:
         statistic: ``params / bse`` (z, or t when ``use_t``).
         pvalues: two-sided p-values from the normal (or Student t, ``df_resid``).
         conf_int: ``(p, 2)`` confidence bounds at level ``1 - alpha``.
-        cov_params: ``phi (S H)^{-1}`` (a pseudo-inverse on the identified
-            subspace when the information is singular).
+        cov_params: ``phi J (S H)^{-1} J^T`` (a generalized inverse when the
+            information is singular; ``J`` is the identity, or the softmax
+            contrasts).
         family, link, solver, information: what was fitted, how, and which
             information the covariance uses (``"observed"`` or ``"expected"``).
         nobs: number of observations: the sum of the frequency weights, or the
             number of rows for the binomial (whose weights are trials).
-        df_model: ``rank - 1``; df_resid: ``nobs - rank`` (statsmodels).
+        df_model: ``rank - 1`` (``rank - (K - 1)`` for softmax); df_resid:
+            ``nobs - rank`` (statsmodels).
         scale: dispersion ``phi`` (Pearson ``X^2 / df_resid`` or 1).
         llf: log-likelihood; for the Gaussian with the identity link at the
             MLE ``phi = RSS / nobs`` (the concentrated likelihood), otherwise at

@@ -280,3 +280,19 @@ def test_softmax_fit_contrasts_match_statsmodels_mnlogit(l2):
                 J[(k - 1) * 6 + j, a], J[(k - 1) * 6 + j, b] = 1.0, -1.0
         assert torch.allclose(res.cov_params, J @ cov @ J.T, rtol=1e-8, atol=1e-14)
         assert "Laplace" in res.summary()
+
+
+@pytest.mark.parametrize("link", ["logit", "probit"])
+def test_newton_fit_standard_errors_match_statsmodels_logit_probit(link):
+    import statsmodels.api as sm
+
+    d = sm.datasets.spector.load_pandas()
+    X, y = d.exog.values, d.endog.values
+    cls = sm.Logit if link == "logit" else sm.Probit
+    r = cls(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
+    res = fit_glm(GeneralizedLinearModel(3, "bernoulli", link), _t(X), torch.tensor(y).long(),
+                  solver="newton", **TIGHT)
+    assert res.information == "observed"
+    np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
+    np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
+    assert res.llf == pytest.approx(r.llf, rel=1e-10) and res.aic == pytest.approx(r.aic, rel=1e-10)

@@ -185,10 +185,11 @@ def test_metrics_match_sklearn(multiclass):
     assert out["ece"] == pytest.approx(ece, abs=1e-6)
 
 
-def test_checkpoint_round_trip_predicts_raw_features(tmp_path):
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_checkpoint_round_trip_predicts_raw_features(tmp_path, dtype):
     from sklearn.datasets import load_wine
 
-    dm = GLMDataModule("wine", batch_size=16)
+    dm = GLMDataModule("wine", batch_size=16, dtype=dtype)
     factory = partial(SoftmaxRegression, n_classes=3, l2=1e-3)
     task = GLMTask(factory, optimizer=partial(torch.optim.Adam, lr=0.05))
     trainer = _trainer(tmp_path, max_epochs=5)
@@ -196,9 +197,10 @@ def test_checkpoint_round_trip_predicts_raw_features(tmp_path):
     path = tmp_path / "m.ckpt"
     trainer.save_checkpoint(path)
     loaded = GLMTask.load_from_checkpoint(path, model=factory)
+    assert loaded.model.linear.weight.dtype == getattr(torch, dtype)
     raw = torch.as_tensor(load_wine().data)
     expected = task.model.predict_proba(dm.transform(raw))
-    torch.testing.assert_close(loaded.predict_proba(raw), expected, rtol=1e-12, atol=1e-14)
+    torch.testing.assert_close(loaded.predict_proba(raw), expected, rtol=0, atol=0)
     assert torch.equal(loaded.predict(raw), expected.argmax(1))
     assert loaded.model.is_fitted
 

@@ -127,6 +127,8 @@ class GLMTask(pl.LightningModule):
         self.fitter = None
         self.fit_result: FitResult | None = None
         self.feature_names: list[str] = []
+        self.n_model_features: int | None = None  # columns of phi(x), set by build
+        self.data_dtype: torch.dtype | None = None
         # Running sums of the epoch's mini-batch losses, mutated in place: assigning a
         # Module attribute every step goes through nn.Module.__setattr__.
         self._epoch_loss: dict[str, Any] = {}
@@ -160,8 +162,9 @@ class GLMTask(pl.LightningModule):
             if hasattr(self.basis, "fit"):
                 self.basis.fit(x_train)
             self.basis.to(x_train.dtype)
-        n_features = int(self._phi(x_train[:1]).shape[-1])
-        model = self.model_factory(n_features).to(x_train.dtype)
+        self.n_model_features = int(self._phi(x_train[:1]).shape[-1])
+        self.data_dtype = x_train.dtype
+        model = self.model_factory(self.n_model_features).to(x_train.dtype)
         if model.family.is_classifier:
             datamodule.check_labels(model.n_classes)
         else:
@@ -196,7 +199,7 @@ class GLMTask(pl.LightningModule):
             raise fail("optimizer", "valid optimizer arguments", str(err)) from None
         if "lr" in opt.defaults:
             lr = opt.defaults["lr"]
-            check_positive("optimizer lr", float(lr) if not torch.is_tensor(lr) else float(lr))
+            check_positive("optimizer lr", float(lr))
 
     def configure_model(self) -> None:
         if self.model is None and self._trainer is not None and self.trainer.datamodule is not None:
@@ -205,9 +208,9 @@ class GLMTask(pl.LightningModule):
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         checkpoint["torchglm"] = {
             "n_features_in": int(self.feature_mean.shape[0]),
-            "n_features": int(self.model.n_features) if hasattr(self.model, "n_features") else None,
+            "n_features": self.n_model_features,
             "feature_names": self.feature_names,
-            "dtype": str(self.feature_mean.dtype).removeprefix("torch."),
+            "dtype": str(self.data_dtype).removeprefix("torch."),
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -215,7 +218,8 @@ class GLMTask(pl.LightningModule):
             return
         meta = checkpoint["torchglm"]
         d = meta["n_features_in"]
-        dtype = getattr(torch, meta["dtype"])
+        dtype = self.data_dtype = getattr(torch, meta["dtype"])
+        self.n_model_features = meta["n_features"]
         self._add_preprocessing(torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64),
                                 meta["feature_names"])
         if self.basis is not None:
@@ -235,7 +239,7 @@ class GLMTask(pl.LightningModule):
     def standardize(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the training split's standardization to raw features."""
         z = (x.to(self.feature_mean) - self.feature_mean) / self.feature_scale
-        return z.to(next(self.model.parameters()).dtype)
+        return z.to(self.data_dtype)
 
     @torch.no_grad()
     def predict_proba(self, x_raw: torch.Tensor) -> torch.Tensor:

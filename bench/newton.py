@@ -96,7 +96,7 @@ def torchglm_method(solver, dtype=None):
 
 
 def tol_kind(solver):
-    return "gtol" if solver in ("lbfgs", "gd") else "tol"
+    return "gtol" if solver == "gd" else "tol"
 
 
 def sklearn_method(solver):
@@ -183,7 +183,7 @@ def methods_for(kind, quick):
         "torchglm newton": (torchglm_method("newton"), [1e-8, 1e-10, 1e-12, 1e-14]),
         "torchglm newton f32+polish": (torchglm_method("newton", torch.float32), [1e-8, 1e-10, 1e-12]),
         "torchglm newton-cg": (torchglm_method("newton-cg"), [1e-8, 1e-10, 1e-12, 1e-14]),
-        "torchglm lbfgs": (torchglm_method("lbfgs"), [1e-6, 1e-7, 1e-8, 1e-9, 1e-10]),
+        "torchglm lbfgs": (torchglm_method("lbfgs"), [1e-8, 1e-10, 1e-12, 1e-14]),
     }
     if kind == "probit":
         ms["torchglm irls"] = (torchglm_method("irls"), [1e-8, 1e-10, 1e-12, 1e-14])

@@ -115,6 +115,9 @@ class LBFGSFitter(StepFitter):
     ``memory`` pairs ``s = theta_{k+1} - theta_k``, ``y = g_{k+1} - g_k``
     (pairs with ``y^T s <= 0`` are skipped), scaled by ``gamma = s^T y / y^T y``
     (Nocedal & Wright, Algorithm 7.4). The first direction is ``-g / max(1, ||g||)``.
+    Besides ``gtol``, the fit stops on the quasi-Newton decrement
+    ``g^T H~ g / 2 <= tol max(1, |E|)`` (``H~`` the L-BFGS inverse-Hessian
+    approximation), once pairs are stored.
 
     Args:
         model: the model to fit.
@@ -159,4 +162,5 @@ class LBFGSFitter(StepFitter):
         for (sv, yv, rho), a in zip(self.pairs, reversed(alphas)):
             b = rho * (yv @ q)
             q = q + (a - b) * sv
-        return -q, None
+        # g^T H~ g: the Newton decrement with the L-BFGS inverse-Hessian approximation.
+        return -q, float(s.grad @ q)

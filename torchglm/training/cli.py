@@ -25,12 +25,13 @@ import warnings
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from .._validation import InputError, fail
+from .._validation import InputError, check_finite, fail
 from ..data.files import read_table
 from ..data.module import GLMDataModule
 from .task import GLMTask
@@ -123,10 +124,10 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             "checkpoint": ckpt,
             "data": dm.summary(),
             "fit": {
-                "solver": result.solver if result else task.solver,
-                "converged": bool(result.converged) if result else False,
-                "n_iter": int(result.n_iter) if result else 0,
-                "message": result.message if result else "",
+                "solver": result.solver,
+                "converged": bool(result.converged),
+                "n_iter": int(result.n_iter),
+                "message": result.message,
                 "epochs": int(trainer.current_epoch),
                 "seconds": round(fit_seconds, 3),
             },
@@ -187,8 +188,6 @@ def predict(ckpt_path: str, input: str, output: str) -> Path:
     task.eval()
     table = read_table(input, features=task.feature_names, require_target=False)
     x = torch.as_tensor(table.x, dtype=torch.float64)
-    from .._validation import check_finite
-
     check_finite("X", x)
     mu = task.predict_proba(x)
     label = task.predict(x)
@@ -203,8 +202,6 @@ def predict(ckpt_path: str, input: str, output: str) -> Path:
         arrays = {"mean": mu.numpy()}
     tmp = out.with_name(out.name + ".tmp")
     if out.suffix.lower() == ".npz":
-        import numpy as np
-
         with open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
     else:

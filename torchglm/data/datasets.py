@@ -167,6 +167,17 @@ DATASETS.update({f"glm_{f}": partial(glm_dataset, f)
                  for f in ("gaussian", "bernoulli", "binomial", "poisson", "gamma", "exponential")})
 
 
+def _movie_reviews(min_count: int = 2, max_size: int | None = None, include_plots: bool = False) -> Dataset:
+    """Real Rotten Tomatoes review snippets (fresh/rotten) as bag-of-words counts
+    (shipped in ``torchglm/datasets``; provenance in its README)."""
+    from ..datasets import movie_review_counts
+
+    return movie_review_counts(min_count, max_size, include_plots)
+
+
+DATASETS["movie_reviews"] = _movie_reviews
+
+
 def load_dataset(name: str, **options) -> Dataset:
     """Load a built-in dataset by name (see :data:`DATASETS`).
 

@@ -117,6 +117,8 @@ class GeneralizedLinearModel(nn.Module):
     def penalty(self) -> torch.Tensor:
         """``(l2 / 2) ||W||^2`` over the weights, not the bias (seed 003's Gaussian prior)."""
         w = self.linear.weight
+        if not self.l2:
+            return w.new_zeros(())
         return 0.5 * self.l2 * (w * w).sum()
 
     def objective(

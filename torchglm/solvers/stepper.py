@@ -230,6 +230,7 @@ class StepFitter(Fitter):
             return self._finish(False, "the starting point gives eta outside the link's domain "
                                        "or a non-finite loss", warn=True)
         self.restarted = True
+        self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
         ybar = s.y_sum / s.weight_sum
         b = model.family.link.link(ybar.reshape(1))
         theta = torch.zeros_like(self.theta)

@@ -360,6 +360,10 @@ def test_line_search_keeps_eta_in_the_link_domain():
 def test_make_fitter_and_auto():
     with pytest.raises(InputError, match="solver"):
         make_fitter(LogisticRegression(2), "bfgs-ish")
+    with pytest.raises(InputError, match="options of solver 'newton'.*'lr'"):
+        make_fitter(LogisticRegression(2), "newton", lr=0.1)
+    with pytest.raises(InputError, match="max_iter"):
+        make_fitter(LogisticRegression(2), "lbfgs", max_iter=-1)
     assert choose_solver(LogisticRegression(20)) == "newton"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"

@@ -8,6 +8,8 @@ the same fitters from :func:`make_fitter` (one epoch = one pass).
 
 from __future__ import annotations
 
+import inspect
+
 import torch
 
 from .._validation import fail
@@ -55,6 +57,19 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     return "newton" if _hessian_cost(model) <= AUTO_NEWTON_MAX_COST else "lbfgs"
 
 
+def _check_options(name: str, cls: type, options: dict) -> None:
+    """Unknown option names are an input error that lists the solver's options."""
+    allowed = set()
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is not None:
+            allowed |= {p for p in inspect.signature(init).parameters if p not in ("self", "model")}
+    allowed -= {"options", "kwargs"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise fail(f"options of solver '{name}'", f"names among {sorted(allowed)}", unknown)
+
+
 def make_fitter(model, solver: str = "auto", **options) -> Fitter:
     """A pass-based fitter for ``model``.
 
@@ -65,12 +80,13 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
             ``dtype``, ``lr``, ``memory``, ``max_cg``, ...).
 
     Raises:
-        InputError: for an unknown solver name.
+        InputError: for an unknown solver name or option.
     """
     if solver == "auto":
         solver = choose_solver(model)
     if solver not in SOLVERS:
         raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
+    _check_options(solver, SOLVERS[solver], options)
     return SOLVERS[solver](model, **options)
 
 
@@ -118,6 +134,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     if name not in SOLVERS:
         raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
     cls = SOLVERS[name]
+    _check_options(name, cls, options)
     if solver == "auto" and dtype is None and name == "newton":
         m, d = model.linear.weight.shape
         flops = x.shape[0] * (d + 1) * _hessian_cost(model)

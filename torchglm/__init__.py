@@ -15,6 +15,7 @@ from ._validation import (
     SeparationWarning,
 )
 from .families import FAMILIES, Family, get_family
+from .inference import GLMResults, fit_glm, glm_results
 from .links import LINKS, Link, get_link
 from .models import (
     BernoulliNB,
@@ -33,7 +34,24 @@ from .models import (
 
 __version__ = "0.1.0"
 
+#: Submodules loaded on first access (``torchglm.bayes`` imports Pyro, ``plotting``
+#: matplotlib): ``import torchglm`` stays light.
+_LAZY_SUBMODULES = ("basis", "bayes", "data", "plotting", "solvers", "text", "training")
+
+
+def __getattr__(name: str):
+    if name in _LAZY_SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'torchglm' has no attribute {name!r}")
+
 __all__ = [
+    "basis",
+    "bayes",
+    "GLMResults",
+    "fit_glm",
+    "glm_results",
     "ConvergenceWarning",
     "InputError",
     "NotFittedError",

@@ -260,6 +260,15 @@ class GLMDataModule(pl.LightningDataModule):
     def predict_dataloader(self) -> TensorBatches:
         return self.test_batches()
 
+    # -- resumable shuffling --------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The shuffling generator's state, saved in every checkpoint, so a run resumed
+        from a checkpoint draws the same permutations as an uninterrupted run."""
+        return {"shuffle_generator": self._generator.get_state()}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self._generator.set_state(state_dict["shuffle_generator"])
+
     def summary(self) -> dict[str, Any]:
         """Sizes and settings, for logs and ``metrics.json``."""
         self._require_setup()

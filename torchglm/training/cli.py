@@ -72,9 +72,13 @@ class GLMCLI(LightningCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_argument("--run_dir", type=Optional[str], default=None,
                             help="Output directory (default: runs/<config name>/version_<N>, the next free N).")
+        parser.add_argument("--resume", type=Optional[str], default=None,
+                            help="Checkpoint to resume fitting from (e.g. RUN_DIR/checkpoints/last.ckpt, "
+                                 "written after every epoch); use the same config and --run_dir.")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.monitor": "val/loss", "checkpoint.mode": "min",
-                             "checkpoint.filename": "best", "checkpoint.auto_insert_metric_name": False})
+                             "checkpoint.filename": "best", "checkpoint.auto_insert_metric_name": False,
+                             "checkpoint.save_last": True})
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.set_defaults({"early_stopping.monitor": "val/loss", "early_stopping.mode": "min",
                              "early_stopping.patience": 20})
@@ -109,9 +113,12 @@ def run(cli: GLMCLI) -> dict[str, Any]:
     task, dm, trainer = cli.model, cli.datamodule, cli.trainer
     task.build(dm)
     run_dir = cli.run_dir
+    resume = cli.config.get("resume")
+    if resume is not None and not Path(resume).is_file():
+        raise fail("resume", "an existing checkpoint file", f"'{resume}' (not found)")
     start = time.perf_counter()
     try:
-        trainer.fit(task, datamodule=dm)
+        trainer.fit(task, datamodule=dm, ckpt_path=resume)
         fit_seconds = time.perf_counter() - start
         ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
         ckpt_arg = "best" if ckpt else None
@@ -136,7 +143,10 @@ def run(cli: GLMCLI) -> dict[str, Any]:
         }
         if trainer.is_global_zero:
             _write_json_atomic(Path(run_dir) / "metrics.json", metrics)
-    except BaseException:
+    except InputError:
+        # Bad input found while fitting: no checkpoint of a run that could not be valid.
+        # Other failures (an interrupt, a crash) keep the last complete checkpoint
+        # (Lightning writes each one atomically) so the run can be resumed.
         shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
         raise
     return metrics

@@ -21,6 +21,7 @@ Preprocessing travels with the checkpoint: the training split's standardization
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any, Callable, Iterable
 
@@ -125,6 +126,7 @@ class GLMTask(pl.LightningModule):
         self.automatic_optimization = solver == "sgd"
         self.model: nn.Module | None = None
         self.fitter = None
+        self._resumed_fit: dict[str, Any] | None = None
         self.fit_result: FitResult | None = None
         self.feature_names: list[str] = []
         self.n_model_features: int | None = None  # columns of phi(x), set by build
@@ -212,8 +214,17 @@ class GLMTask(pl.LightningModule):
             "feature_names": self.feature_names,
             "dtype": str(self.data_dtype).removeprefix("torch."),
         }
+        if self.fitter is not None:
+            # The pass-based fit's record; the model's parameters hold its last
+            # accepted point, from which a resumed fit re-evaluates and goes on
+            # along the same iterates.
+            checkpoint["torchglm"]["fit_result"] = dataclasses.asdict(self.fitter.result)
+        else:
+            checkpoint["torchglm"]["epoch_history"] = list(self._history)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._resumed_fit = checkpoint["torchglm"].get("fit_result")
+        self._history = list(checkpoint["torchglm"].get("epoch_history", []))
         if self.model is not None:
             return
         meta = checkpoint["torchglm"]
@@ -257,6 +268,13 @@ class GLMTask(pl.LightningModule):
     # -- training -----------------------------------------------------------------
     def configure_optimizers(self):
         if not self.automatic_optimization:
+            # Lightning restores a resumed run's weights before this hook: a fitter
+            # made here starts from them (the one made in build() saw the initial
+            # weights), and continues the checkpointed fit record.
+            self.fitter = self.model.make_fitter(self.solver, **self.solver_options)
+            if self._resumed_fit is not None:
+                self.fitter.result = FitResult(**self._resumed_fit)
+                self._resumed_fit = None
             return PassStep(self.fitter)
         opt = self.optimizer_factory(self.parameters())
         if self.lr_scheduler_factory is None:

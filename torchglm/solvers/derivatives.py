@@ -154,7 +154,7 @@ class PassSums:
     finite), and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
     probability numerically 0 or 1: a sign of separation), ``n_samples`` the
-    rows seen and ``y_sum`` the weighted sum of scalar targets.
+    rows seen and ``y_sum`` the weighted sum of scalar targets (when asked).
 
     Args:
         model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
@@ -162,10 +162,11 @@ class PassSums:
         curvature: ``None``, ``"full"``, ``"expected"``, ``"diag"`` or ``"hvp"``.
         saturation: per-sample loss below which a sample counts as saturated
             (0 skips the count).
+        y_sum: also sum the (weighted) scalar targets (for an intercept-only start).
     """
 
     def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
-                 saturation: float = 0.0):
+                 saturation: float = 0.0, y_sum: bool = False):
         self.family = model.family
         self.l2 = model.l2
         m, d = model.linear.weight.shape
@@ -190,6 +191,7 @@ class PassSums:
         self.weight_sum = torch.zeros((), **opts)
         self.counts = torch.zeros(3, **opts)  # n_invalid, n_saturated, n_samples
         self.y_sum = torch.zeros((), **opts)
+        self.want_y_sum = y_sum and self.scalar
         self.grad = torch.zeros(p, **opts)
         self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
         self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
@@ -228,7 +230,7 @@ class PassSums:
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
         self.counts[2] += nll.shape[0]
-        if self.scalar:
+        if self.want_y_sum:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
         if s is not None:
             nll, d1 = s * nll, _scale(d1, s)
@@ -249,32 +251,31 @@ class PassSums:
                 self.stored.append((x, d2))
 
     def _add_hessian(self, x, d2):
-        m, d, H = self.m, self.d, self.hess
+        m, d = self.m, self.d
+        md, dt = m * d, d + self.has_bias
         blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
-        md = m * d
-        # Row chunks of ~1 MB keep x * h in cache: X^T (h * X) = sum over chunks.
-        rows = max(256, 2**17 // max(d, 1))
+        # B[k, l] = X~^T diag(h_kl) X~ with X~ = [X, 1], summed over row chunks of
+        # ~1 MB so that X~ and h * X~ stay in cache.
+        B = torch.zeros(m, m, dt, dt, dtype=x.dtype, device=x.device)
+        rows = max(256, 2**17 // dt)
         for i in range(0, x.shape[0], rows):
             xc, bc = x[i:i + rows], blocks[i:i + rows]
-            # The per-sample blocks are symmetric (h_kl = h_lk): compute each pair once.
+            if self.has_bias:
+                xc = torch.cat([xc, torch.ones_like(xc[:, :1])], 1)
+            # The per-sample blocks are symmetric (h_kl = h_lk): each pair once.
             for k in range(m):
                 for l in range(k, m):
-                    h = bc[:, k, l]
-                    xh = xc * h.unsqueeze(-1)
-                    xx = xc.T @ xh
-                    H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
-                    if l != k:
-                        H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
-                    if self.has_bias:
-                        xh_sum = xh.sum(0)
-                        H[k * d:(k + 1) * d, md + l] += xh_sum
-                        H[md + l, k * d:(k + 1) * d] += xh_sum
-                        hs = h.sum()
-                        H[md + k, md + l] += hs
-                        if l != k:
-                            H[l * d:(l + 1) * d, md + k] += xh_sum
-                            H[md + k, l * d:(l + 1) * d] += xh_sum
-                            H[md + l, md + k] += hs
+                    B[k, l] += xc.T @ (xc * bc[:, k, l].unsqueeze(-1))
+        for k in range(m):
+            for l in range(k + 1, m):
+                B[l, k] = B[k, l].T
+        # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B[k, l, i, j].
+        H = self.hess
+        H[:md, :md] += B[:, :, :d, :d].permute(0, 2, 1, 3).reshape(md, md)
+        if self.has_bias:
+            H[:md, md:] += B[:, :, :d, d].permute(0, 2, 1).reshape(md, m)
+            H[md:, :md] += B[:, :, d, :d].reshape(m, md)
+            H[md:, md:] += B[:, :, d, d]
 
     def _add_diag(self, x, d2):
         m, d = self.m, self.d

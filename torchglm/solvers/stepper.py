@@ -108,7 +108,8 @@ class StepFitter(Fitter):
     # -- the pass hooks -------------------------------------------------------
     def start_pass(self) -> None:
         self.sums = PassSums(self.model, self.theta, self.curvature,
-                             self.saturation if self.detect_separation else 0.0)
+                             self.saturation if self.detect_separation else 0.0,
+                             y_sum=self.base is None)
 
     def accumulate(self, batch) -> None:
         self.sums.add(batch)

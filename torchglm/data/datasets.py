@@ -34,6 +34,9 @@ class Dataset:
         n_classes: number of classes (classification), else ``None``.
         feature_names: one name per column.
         description: one line on where the data come from.
+        weight: optional sample weights (n_samples,): frequency weights, or the
+            numbers of trials of a binomial family.
+        offset: optional known term added to eta (n_samples,), e.g. log exposure.
     """
 
     x: np.ndarray
@@ -42,6 +45,8 @@ class Dataset:
     n_classes: int | None = None
     feature_names: list[str] = field(default_factory=list)
     description: str = ""
+    weight: np.ndarray | None = None
+    offset: np.ndarray | None = None
 
     def __post_init__(self):
         if not self.feature_names:

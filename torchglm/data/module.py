@@ -15,7 +15,7 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from .._validation import check_finite, check_positive, fail
+from .._validation import check_finite, check_positive, check_weight, fail
 from .batches import TensorBatches
 from .datasets import load_dataset
 from .files import read_table
@@ -53,6 +53,11 @@ class GLMDataModule(pl.LightningDataModule):
         shuffle_seed: seed of the shuffling generator.
         dtype: ``"float64"`` or ``"float32"``: the dtype of features (and of the model).
         dataset_options: keyword arguments for a built-in dataset's loader.
+        weight: a file's column of sample weights (frequency weights: 2 counts a row
+            twice; for the binomial family the numbers of trials). Built-in
+            datasets bring their own when they have them.
+        offset: a file's column added to eta with coefficient 1 (e.g. log exposure
+            of a Poisson rate); built-in datasets bring their own.
 
     Raises:
         InputError: on a bad argument here, and from :meth:`setup` on a bad file,
@@ -81,6 +86,8 @@ class GLMDataModule(pl.LightningDataModule):
         shuffle_seed: int = 0,
         dtype: Literal["float32", "float64"] = "float64",
         dataset_options: dict[str, Any] | None = None,
+        weight: str | None = None,
+        offset: str | None = None,
     ):
         super().__init__()
         if batch_size is not None:
@@ -104,6 +111,8 @@ class GLMDataModule(pl.LightningDataModule):
         self.shuffle, self.shuffle_seed = shuffle, shuffle_seed
         self.dtype = _DTYPES[dtype]
         self.dataset_options = dict(dataset_options or {})
+        self.weight_column, self.offset_column = weight, offset
+        self._extras: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self.feature_names: list[str] = []
         self.feature_mean: torch.Tensor | None = None
         self.feature_scale: torch.Tensor | None = None
@@ -111,21 +120,40 @@ class GLMDataModule(pl.LightningDataModule):
         self._generator = torch.Generator().manual_seed(shuffle_seed)
 
     # -- loading and validation -------------------------------------------------
-    def _read(self) -> tuple[np.ndarray, np.ndarray, str | None, int | None]:
+    def _read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
+                             str | None, int | None]:
+        """``(x, y, weight, offset, task, n_classes)`` from the file or built-in dataset."""
+        special = [c for c in (self.weight_column, self.offset_column) if c is not None]
         if Path(self.source).suffix.lower() in (".csv", ".npz", ".npy") or Path(self.source).exists():
             if self.dataset_options:
                 raise fail("dataset_options", "no options for a data file", self.dataset_options)
-            table = read_table(self.source, self.target, self.features)
-            self.feature_names = table.feature_names
-            return table.x, table.y, self.task, self.n_classes
-        if self.target is not None or self.features is not None:
-            raise fail("target/features", f"unset for the built-in dataset '{self.source}'",
-                       (self.target, self.features))
+            table = read_table(self.source, self.target, None if special else self.features)
+            names, x = table.feature_names, table.x
+            columns = {}
+            for role, col in (("weight", self.weight_column), ("offset", self.offset_column)):
+                if col is not None:
+                    if col not in names:
+                        raise fail(role, f"a column of '{self.source}' ({names})", repr(col))
+                    columns[role] = x[:, names.index(col)]
+            if special:
+                keep = list(self.features) if self.features is not None else [n for n in names if n not in special]
+                missing = [n for n in keep if n not in names or n in special]
+                if missing:
+                    raise fail("features", f"feature columns of '{self.source}' other than weight/offset",
+                               missing)
+                x = x[:, [names.index(n) for n in keep]]
+                names = keep
+            self.feature_names = names
+            return (x, table.y, columns.get("weight"), columns.get("offset"), self.task, self.n_classes)
+        if self.target is not None or self.features is not None or special:
+            raise fail("target/features/weight/offset", f"unset for the built-in dataset '{self.source}'",
+                       (self.target, self.features, self.weight_column, self.offset_column))
         ds = load_dataset(self.source, **self.dataset_options)
         self.feature_names = ds.feature_names
         if self.task is not None and self.task != ds.task:
             raise fail("task", f"'{ds.task}' for the built-in dataset '{self.source}'", repr(self.task))
-        return ds.x, ds.y, ds.task, self.n_classes if self.n_classes is not None else ds.n_classes
+        return (ds.x, ds.y, ds.weight, ds.offset, ds.task,
+                self.n_classes if self.n_classes is not None else ds.n_classes)
 
     def setup(self, stage: str | None = None) -> None:
         """Read, validate, split and standardize the data (once; later calls are no-ops).
@@ -135,13 +163,18 @@ class GLMDataModule(pl.LightningDataModule):
         """
         if self._splits:
             return
-        x_np, y_np, self.task, self.n_classes = self._read()
+        x_np, y_np, w_np, o_np, self.task, self.n_classes = self._read()
         x = torch.as_tensor(x_np, dtype=torch.float64)
         y = torch.as_tensor(np.asarray(y_np, dtype=np.float64))
         if x.dim() != 2 or x.shape[0] != y.shape[0]:
             raise fail("X/y", "the same number of samples", f"X={x.shape[0]}, y={y.shape[0]}")
         check_finite("X", x)
         check_finite("y", y)
+        weight = None if w_np is None else torch.as_tensor(np.asarray(w_np, dtype=np.float64))
+        offset = None if o_np is None else torch.as_tensor(np.asarray(o_np, dtype=np.float64))
+        check_weight(weight, x.shape[0])
+        if offset is not None:
+            check_finite("offset", offset)
         n = x.shape[0]
         n_val, n_test = round(self.val_fraction * n), round(self.test_fraction * n)
         n_train = n - n_val - n_test
@@ -160,6 +193,8 @@ class GLMDataModule(pl.LightningDataModule):
         self.feature_mean, self.feature_scale = mean, scale
         z = ((x - mean) / scale).to(self.dtype)
         self._splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
+        self._extras = {k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))
+                        for k, idx in parts.items()}
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
@@ -228,11 +263,13 @@ class GLMDataModule(pl.LightningDataModule):
 
     def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
         x, y = self.split(name)
+        weight, offset = self._extras[name]
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
             idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
             x, y = x[idx], y[idx]
-        return TensorBatches(x, y, batch_size=batch_size, shuffle=shuffle,
+            weight, offset = (None if t is None else t[idx] for t in (weight, offset))
+        return TensorBatches(x, y, weight, offset, batch_size=batch_size, shuffle=shuffle,
                              generator=self._generator if shuffle else None)
 
     def train_batches(self, batch_size: int | None = None, shuffle: bool | None = None) -> TensorBatches:

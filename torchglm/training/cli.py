@@ -120,8 +120,16 @@ def run(cli: GLMCLI) -> dict[str, Any]:
     try:
         trainer.fit(task, datamodule=dm, ckpt_path=resume)
         fit_seconds = time.perf_counter() - start
-        ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-        ckpt_arg = "best" if ckpt else None
+        if task.fitter is not None:
+            # A pass-based fit's estimate is the solver's last accepted iterate (its
+            # stopping rule, not the epoch with the best validation loss, and the
+            # trainer may stop before validating it): checkpoint and evaluate it.
+            final = Path(run_dir) / "checkpoints" / "final.ckpt"
+            trainer.save_checkpoint(final)
+            ckpt, ckpt_arg = str(final), None
+        else:
+            ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
+            ckpt_arg = "best" if ckpt else None
         val = trainer.validate(task, datamodule=dm, ckpt_path=ckpt_arg, verbose=False)[0]
         test = trainer.test(task, datamodule=dm, ckpt_path=ckpt_arg, verbose=False)[0]
         train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")

@@ -66,14 +66,17 @@ class GLMMetrics(nn.Module):
             self.on_mu.update({"mse": MeanSquaredError(), "mae": MeanAbsoluteError(), "r2": R2Score()})
 
     @torch.no_grad()
-    def update(self, eta: torch.Tensor, y: torch.Tensor) -> None:
-        """Add a batch of linear predictors ``eta`` and targets ``y``."""
+    def update(self, eta: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+        """Add a batch of linear predictors ``eta``, targets ``y`` and optional sample
+        weights (they weight the NLL and deviance means; the other metrics count rows)."""
         mu = self.family.mean(eta)
-        self.nll.update(self.family.nll(eta, y))
+        w = 1.0 if weight is None else weight
+        nll = self.family.nll(eta, y)
+        self.nll.update(nll, w)
         if self.deviance is not None:
             # d(y, mu) = 2 (nll(eta, y) - nll_saturated(y)) at phi = 1: the family's
             # unit deviance, computed on the eta scale so that |eta| >> 1 stays finite.
-            self.deviance.update(2 * (self.family.nll(eta, y) - self.family.saturated_nll(y)))
+            self.deviance.update(2 * (nll - self.family.saturated_nll(y)), w)
         for metric in self.on_mu.values():
             metric.update(mu, y)
 

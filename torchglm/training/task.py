@@ -243,9 +243,11 @@ class GLMTask(pl.LightningModule):
     def _phi(self, x: torch.Tensor) -> torch.Tensor:
         return x if self.basis is None else self.basis(x)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """``eta`` for standardized features ``x`` (what the data module's batches hold)."""
-        return self.model(self._phi(x))
+    def forward(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+        """``eta`` for standardized features ``x`` (what the data module's batches hold),
+        plus the batch's ``offset`` when it has one."""
+        phi = self._phi(x)
+        return self.model(phi) if offset is None else self.model(phi, offset)
 
     def standardize(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the training split's standardization to raw features."""
@@ -361,19 +363,20 @@ class GLMTask(pl.LightningModule):
         metrics = self.metrics[f"{split}_split"]
         metrics.reset()
         for batch in batches:
-            metrics.update(self(batch.x.to(self.device)), batch.y.to(self.device))
+            batch = self.transfer_batch_to_device(batch, self.device, 0)
+            metrics.update(self(batch.x, batch.offset), batch.y, batch.weight)
         out = {f"{split}/{k}": float(v) for k, v in metrics.compute().items()}
         metrics.reset()
         return out
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
-        self.metrics["val_split"].update(self(batch.x), batch.y)
+        self.metrics["val_split"].update(self(batch.x, batch.offset), batch.y, batch.weight)
 
     def on_validation_epoch_end(self) -> None:
         self._log_split("val")
 
     def test_step(self, batch: Batch, batch_idx: int) -> None:
-        self.metrics["test_split"].update(self(batch.x), batch.y)
+        self.metrics["test_split"].update(self(batch.x, batch.offset), batch.y, batch.weight)
 
     def on_test_epoch_end(self) -> None:
         self._log_split("test")

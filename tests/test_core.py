@@ -169,3 +169,11 @@ def test_state_dict_roundtrip_and_device_agnostic_buffers():
     m2.load_state_dict(m.state_dict())
     x, _ = _data()
     assert torch.equal(m(x), m2(x))
+
+
+def test_unit_deviance_is_zero_not_nan_at_a_perfect_fit():
+    b = torchglm.get_family("bernoulli")
+    d = b.unit_deviance(torch.tensor([0.0, 1.0]), torch.tensor([0.0, 1.0]))
+    assert torch.equal(d, torch.zeros(2))
+    p = torchglm.get_family("poisson")
+    assert torch.equal(p.unit_deviance(torch.tensor([0.0]), torch.tensor([0.0])), torch.zeros(1))

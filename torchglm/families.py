@@ -297,7 +297,10 @@ class _Binary(Family):
         return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))
 
     def unit_deviance(self, y, mu):
-        return 2 * (torch.xlogy(y, y / mu) + torch.xlogy(1 - y, (1 - y) / (1 - mu)))
+        # xlogy(y, y) - xlogy(y, mu), not xlogy(y, y / mu): 0/0 at y = mu = 0 (or 1)
+        # would give NaN where the deviance is 0.
+        return 2 * (torch.xlogy(y, y) - torch.xlogy(y, mu)
+                    + torch.xlogy(1 - y, 1 - y) - torch.xlogy(1 - y, 1 - mu))
 
     def variance(self, mu):
         return mu * (1 - mu)
@@ -435,7 +438,7 @@ class Poisson(Family):
         return y - torch.xlogy(y, y) + torch.lgamma(y + 1)
 
     def unit_deviance(self, y, mu):
-        return 2 * (torch.xlogy(y, y / mu) - (y - mu))
+        return 2 * (torch.xlogy(y, y) - torch.xlogy(y, mu) - (y - mu))
 
     def variance(self, mu):
         return mu

@@ -361,10 +361,13 @@ def test_line_search_keeps_eta_in_the_link_domain():
 def test_make_fitter_and_auto():
     with pytest.raises(InputError, match="solver"):
         make_fitter(LogisticRegression(2), "bfgs-ish")
-    with pytest.raises(InputError, match="options of solver 'newton'.*'lr'"):
+    with pytest.raises(TypeError, match="lr"):
         make_fitter(LogisticRegression(2), "newton", lr=0.1)
     with pytest.raises(InputError, match="max_iter"):
         make_fitter(LogisticRegression(2), "lbfgs", max_iter=-1)
+    x2 = torch.zeros(4, 2)
+    with pytest.raises(InputError, match="options of solver 'newton'.*'lr'"):
+        fit(LogisticRegression(2), x2, torch.tensor([0, 1, 0, 1]), solver="newton", lr=0.1)
     assert choose_solver(LogisticRegression(20)) == "newton"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"

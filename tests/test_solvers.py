@@ -404,3 +404,14 @@ def test_weights_and_offset_match_statsmodels_glm(solver):
     r = fit(m, x, y, weight=w, offset=offset, solver=solver, tol=1e-20, gtol=1e-12)
     assert r.converged
     np.testing.assert_allclose(flat_parameters(m).numpy(), ref.params, rtol=1e-6)
+
+
+def test_auto_uses_float32_with_polish_on_large_newton_passes():
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(20_000, 50, generator=g)
+    y = (torch.rand(20_000, generator=g) < torch.sigmoid(x[:, :5].sum(1))).long()
+    auto, ref = LogisticRegression(50, l2=1e-4), LogisticRegression(50, l2=1e-4)
+    r = fit(auto, x, y, tol=1e-12)
+    r_ref = fit(ref, x, y, solver="newton", tol=1e-16)
+    assert r.solver == "newton" and r.extra["stages"] == ["torch.float32", "torch.float64"]
+    assert r.converged and abs(r.extra["loss"] - r_ref.extra["loss"]) <= 1e-10 * r_ref.extra["loss"]

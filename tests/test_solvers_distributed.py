@@ -39,13 +39,18 @@ def _fit(solver, softmax, x, y):
 
 def _worker(rank, init_file, out_file, solver, softmax):
     torch.set_default_dtype(torch.float64)
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     x, y = _data(softmax)
     half = slice(0, 50) if rank == 0 else slice(50, 90)  # unequal shards on purpose
     theta, n_iter = _fit(solver, softmax, x[half], y[half])
     if rank == 0:
         torch.save((theta, n_iter), out_file)
+    dist.barrier()
     dist.destroy_process_group()
+    # Skip interpreter teardown: gloo's threads can abort it ("terminate called
+    # without an active exception") after the work is done and saved.
+    os._exit(0)
 
 
 @pytest.mark.slow

@@ -370,6 +370,7 @@ def test_make_fitter_and_auto():
     with pytest.raises(InputError, match="options of solver 'newton'.*'lr'"):
         fit(LogisticRegression(2), x2, torch.tensor([0, 1, 0, 1]), solver="newton", lr=0.1)
     assert choose_solver(LogisticRegression(20)) == "newton"
+    assert choose_solver(LogisticRegression(50)) == "lbfgs"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}
@@ -408,9 +409,9 @@ def test_weights_and_offset_match_statsmodels_glm(solver):
 
 def test_auto_uses_float32_with_polish_on_large_newton_passes():
     g = torch.Generator().manual_seed(7)
-    x = torch.randn(20_000, 50, generator=g)
-    y = (torch.rand(20_000, generator=g) < torch.sigmoid(x[:, :5].sum(1))).long()
-    auto, ref = LogisticRegression(50, l2=1e-4), LogisticRegression(50, l2=1e-4)
+    x = torch.randn(60_000, 30, generator=g)
+    y = (torch.rand(60_000, generator=g) < torch.sigmoid(x[:, :5].sum(1))).long()
+    auto, ref = LogisticRegression(30, l2=1e-4), LogisticRegression(30, l2=1e-4)
     r = fit(auto, x, y, tol=1e-12)
     r_ref = fit(ref, x, y, solver="newton", tol=1e-16)
     assert r.solver == "newton" and r.extra["stages"] == ["torch.float32", "torch.float64"]

@@ -210,6 +210,9 @@ class PassSums:
 
     def add(self, batch: Batch) -> None:
         x = batch.x.to(self.theta.dtype)
+        if x.layout != torch.strided:
+            # Sparse counts (bag of words) stay sparse: COO supports every product below.
+            x = x.to_sparse_coo()
         y = batch.y
         eta = self.eta(x, batch.offset)
         if self.curvature is None:
@@ -225,7 +228,9 @@ class PassSums:
             s = s.to(eta.dtype)
             self.weight_sum += s.sum()
         if self.restricted:
-            valid = self.family.link.valid_eta(eta)
+            # The family knows its mean's domain (a Gaussian mean may be negative
+            # under the inverse link; a binomial mean must stay below 1 under log).
+            valid = self.family.valid_eta(eta)
             self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
@@ -238,12 +243,14 @@ class PassSums:
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
-        self.grad[: m * d] += (r.T @ x).reshape(-1)
+        self.grad[: m * d] += _rt_x(r, x).reshape(-1)
         if self.has_bias:
             self.grad[m * d:] += r.sum(0)
         if d2 is None:
             return
-        if self.hess is not None:
+        if self.hess is not None and x.is_sparse:
+            self._add_hessian_sparse(x, d2)
+        elif self.hess is not None:
             self._add_hessian(x, d2)
         else:
             self._add_diag(x, d2)
@@ -277,10 +284,33 @@ class PassSums:
             H[md:, :md] += B[:, :, d, :d].reshape(m, md)
             H[md:, md:] += B[:, :, d, d]
 
+    def _add_hessian_sparse(self, x, d2):
+        """``X^T diag(h_kl) X`` for a sparse COO ``x``: a sparse-sparse product per class
+        pair, densified only as the (d x d) Hessian block (never the n x d design)."""
+        m, d = self.m, self.d
+        md = m * d
+        blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
+        H, xt = self.hess, x.t()
+        for k in range(m):
+            for l in range(k, m):
+                h = blocks[:, k, l]
+                xh = x * h.unsqueeze(-1)
+                xx = torch.sparse.mm(xt, xh).to_dense()
+                H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
+                if l != k:
+                    H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
+                if self.has_bias:
+                    xh_sum = torch.sparse.sum(xh, 0).to_dense()
+                    hs = h.sum()
+                    for a, b in ((k, l), (l, k)) if l != k else ((k, l),):
+                        H[a * d:(a + 1) * d, md + b] += xh_sum
+                        H[md + b, a * d:(a + 1) * d] += xh_sum
+                        H[md + a, md + b] += hs
+
     def _add_diag(self, x, d2):
         m, d = self.m, self.d
         h = d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
-        self.diag[: m * d] += (h.T @ (x * x)).reshape(-1)
+        self.diag[: m * d] += _rt_x(h, x * x).reshape(-1)
         if self.has_bias:
             self.diag[m * d:] += h.sum(0)
 
@@ -322,11 +352,16 @@ class PassSums:
             if c is not None:
                 u = u + c
             hu = d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
-            out[: m * d] += (hu.T @ x).reshape(-1)
+            out[: m * d] += _rt_x(hu, x).reshape(-1)
             if c is not None:
                 out[m * d:] += hu.sum(0)
         all_reduce_sum(out)
         return out / self.weight_sum + self.l2 * self.mask * v
+
+
+def _rt_x(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``r^T x`` for a dense ``r`` (n, m) and a dense or sparse COO ``x`` (n, d)."""
+    return (x.t() @ r).T if x.is_sparse else r.T @ x
 
 
 def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -20,8 +20,11 @@ def _worker(rank, world, fn, args, outdir):
     except Exception as exc:  # reported to the parent, which re-raises
         torch.save({"ok": False, "error": f"{type(exc).__name__}: {exc}",
                     "trace": traceback.format_exc()}, os.path.join(outdir, f"{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+    # Every rank reaches here (errors are saved, not raised): leave together, then
+    # skip interpreter teardown, where gloo's threads can abort the process.
+    dist.barrier()
+    dist.destroy_process_group()
+    os._exit(0)
 
 
 def run_distributed(fn, world: int = 2, args: tuple = ()) -> list[dict]:

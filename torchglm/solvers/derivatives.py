@@ -85,8 +85,15 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
         if expected:
             d1, nll = grad(total, has_aux=True)(eta)
             link = family.link
-            mu = link.inverse(eta)
-            d2 = link.inverse_derivative(eta) ** 2 / family.variance(mu)
+            dmu = link.inverse_derivative(eta)
+            if family.is_canonical:
+                # A canonical link has V(mu) = |dmu/deta|, so (dmu/deta)^2 / V(mu) is
+                # |dmu/deta|: no 0/0 where the fitted mean saturates (separation).
+                d2 = dmu.abs()
+            else:
+                v = family.variance(link.inverse(eta))
+                # Where V(mu) underflows to 0 the weight's limit is 0 (dmu/deta -> 0 faster).
+                d2 = torch.where(v > 0, dmu * dmu / v, torch.zeros_like(v))
             return nll, d1, d2
         # The Hessian of sum_i l_i w.r.t. eta is diagonal, so grad(sum_i dl_i/deta_i) is it.
         d2, (d1, nll) = grad(d1_sum, has_aux=True)(eta)

@@ -8,4 +8,4 @@ python -m pip install -q -e ".[dev]"
 # One intra-op thread: the tests' tensors are tiny, and on a 2-core machine torch's
 # thread pool costs more than it saves (multi-process tests set their own threads).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-python -m pytest -q -m "not slow" "$@"
+python -m pytest -q "$@"

@@ -42,9 +42,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ._fitted import FittedFlag
 from .._validation import (
     InputError,
-    NotFittedError,
     check_finite,
     check_same_length,
     check_weight,
@@ -94,7 +94,7 @@ def class_sums(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return torch.sparse.mm(coo.t(), r).T
 
 
-class GenerativeClassifier(nn.Module):
+class GenerativeClassifier(FittedFlag, nn.Module):
     """Base class: fitted class-conditional densities, posteriors by Bayes' rule.
 
     Args:
@@ -132,7 +132,7 @@ class GenerativeClassifier(nn.Module):
                  if priors is None else self._check_priors(priors, dtype))
         self.register_buffer("class_count", torch.zeros(n_classes, dtype=dtype))
         self.register_buffer("log_prior", prior.log())
-        self.register_buffer("_fitted", torch.zeros((), dtype=torch.bool))
+        self._register_fitted_flag()
 
     @property
     def dtype(self) -> torch.dtype:
@@ -182,17 +182,6 @@ class GenerativeClassifier(nn.Module):
         return self.n_classes - 1 if self.fit_priors else 0
 
     # -- prediction ------------------------------------------------------------
-    @property
-    def is_fitted(self) -> bool:
-        return bool(self._fitted)
-
-    def mark_fitted(self) -> None:
-        """Set the fitted flag (the closed-form fit sets it itself; the trainer calls this too)."""
-        self._fitted.fill_(True)
-
-    def check_fitted(self) -> None:
-        if not self.is_fitted:
-            raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit() first")
 
     def check_features(self, x: torch.Tensor, name: str = "X") -> torch.Tensor:
         """Validate a feature matrix (dense, or sparse where the model allows it)

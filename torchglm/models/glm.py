@@ -18,8 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ._fitted import FittedFlag
 from .._validation import (
-    NotFittedError,
     check_features,
     check_positive,
     check_same_length,
@@ -37,7 +37,7 @@ __all__ = [
 ]
 
 
-class GeneralizedLinearModel(nn.Module):
+class GeneralizedLinearModel(FittedFlag, nn.Module):
     """A GLM: one linear layer, a family and a link.
 
     Args:
@@ -84,7 +84,7 @@ class GeneralizedLinearModel(nn.Module):
         if fit_intercept:
             nn.init.zeros_(self.linear.bias)
         # The fitted flag travels with the state_dict, so a loaded checkpoint predicts.
-        self.register_buffer("_fitted", torch.zeros((), dtype=torch.bool))
+        self._register_fitted_flag()
 
     # -- prediction ---------------------------------------------------------
     @property
@@ -194,16 +194,6 @@ class GeneralizedLinearModel(nn.Module):
 
         return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
 
-    @property
-    def is_fitted(self) -> bool:
-        return bool(self._fitted)
-
-    def mark_fitted(self) -> None:
-        self._fitted.fill_(True)
-
-    def check_fitted(self) -> None:
-        if not self.is_fitted:
-            raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit() first")
 
     def extra_repr(self) -> str:
         return f"family={self.family!r}, n_classes={self.n_classes}, l2={self.l2}"

@@ -52,6 +52,12 @@ def make_data(path: Path, n: int, d: int, seed: int = 0, chunk: int = 200_000) -
 
 
 def _peak_rss_mb() -> float:
+    """This process's peak resident memory (VmHWM). Not ``ru_maxrss``: Linux carries
+    that over ``fork``/``exec`` from the parent, which held the generated data."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 

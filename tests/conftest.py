@@ -1,3 +1,5 @@
+import warnings
+
 import pytest
 import torch
 
@@ -9,3 +11,16 @@ def _float64_by_default():
     torch.set_default_dtype(torch.float64)
     yield
     torch.set_default_dtype(old)
+
+
+@pytest.fixture
+def quiet_one_thread():
+    """One intra-op thread and no Lightning chatter, for tests that run a Trainer: on a
+    shared 2-core CPU an OpenMP barrier per tiny op costs milliseconds."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", module="pytorch_lightning")
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+        yield
+    torch.set_num_threads(n)

@@ -22,15 +22,7 @@ SMALL = ["--data.source", "gaussians2", "--data.dataset_options", '{"n_samples":
          "--trainer.callbacks.warmup_steps", "100", "--trainer.callbacks.lambdas", "[0.1, 1.0, 10.0, 100.0]"]
 
 
-@pytest.fixture(autouse=True)
-def quiet_one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="pytorch_lightning")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ the training split."""
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 
 import pytest
@@ -20,12 +19,7 @@ CONFIGS = ["gda", "gda_quadratic", "naive_bayes_gaussian", "naive_bayes_multinom
            "naive_bayes_bernoulli", "naive_bayes_poisson"]
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="pytorch_lightning")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 def _run(name, tmp_path, *extra):

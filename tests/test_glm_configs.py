@@ -5,7 +5,6 @@ training split (the data module's split, rebuilt here from its own arguments).
 """
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,12 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("glm_*.yaml"))
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="pytorch_lightning")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 def _run(config, tmp_path, *overrides):

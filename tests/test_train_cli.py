@@ -5,7 +5,6 @@ import json
 import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -19,15 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
-@pytest.fixture(autouse=True)
-def quiet_one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="pytorch_lightning")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 class FailAtEpoch(pl.Callback):

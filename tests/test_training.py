@@ -10,21 +10,11 @@ import pytorch_lightning as pl
 import torch
 
 from torchglm import InputError, LogisticRegression, SoftmaxRegression
-from torchglm.data.batches import Batch
 from torchglm.solvers.base import FitResult, Fitter, run_passes
 from torchglm.training import GLMDataModule, GLMMetrics, GLMTask
 
 
-@pytest.fixture(autouse=True)
-def quiet_one_thread():
-    # On a shared, loaded CPU an OpenMP barrier per tiny op costs milliseconds.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", module="pytorch_lightning")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 def _trainer(tmp_path=None, **kw):

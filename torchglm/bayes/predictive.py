@@ -64,7 +64,6 @@ def _gaussian_moments(model, post: LaplacePosterior, x: torch.Tensor):
     """``mu_a`` and ``sigma_a^2`` (or the K x K covariance) of ``eta`` under ``N(m, S)``."""
     k, d = model.linear.weight.shape
     xt = torch.cat([x, torch.ones_like(x[:, :1])], 1) if post.shape[2] else x
-    dt = xt.shape[1]
     # theta = (vec W, b) -> per-output coefficient rows (k, dt): column d is the bias.
     perm = torch.cat([
         (torch.arange(k, device=x.device)[:, None] * d + torch.arange(d, device=x.device)[None, :]),

@@ -71,7 +71,21 @@ def _check_alpha(name: str, value: float) -> float:
     return float(value)
 
 
-class MultinomialNB(GenerativeClassifier):
+class _CountSums:
+    """Count features (multinomial, Poisson): non-negative integers, summed per class
+    into ``feature_count`` (K, d), the one sufficient statistic of both models."""
+
+    def _check_domain(self, name, x):
+        _check_counts(name, x)
+
+    def _statistic_shapes(self):
+        return {"feature_count": (self.n_classes, self.n_features)}
+
+    def _batch_statistics(self, x, r):
+        return {"feature_count": class_sums(x, r)}
+
+
+class MultinomialNB(_CountSums, GenerativeClassifier):
     """Multinomial Naive Bayes for word counts (seed 002; seed 000 "language models").
 
     A document is a bag of ``L = sum_j x_j`` tokens drawn from the class's
@@ -118,15 +132,6 @@ class MultinomialNB(GenerativeClassifier):
     def n_parameters(self) -> int:
         """``K (d - 1)`` word probabilities + ``K - 1`` priors."""
         return self.n_classes * (self.n_features - 1) + self._n_prior_parameters
-
-    def _check_domain(self, name, x):
-        _check_counts(name, x)
-
-    def _statistic_shapes(self):
-        return {"feature_count": (self.n_classes, self.n_features)}
-
-    def _batch_statistics(self, x, r):
-        return {"feature_count": class_sums(x, r)}
 
     def _finalize(self, stats, class_count):
         self._check_class_count(class_count)
@@ -257,7 +262,7 @@ class BernoulliNB(GenerativeClassifier):
         return f"{super().extra_repr()}, alpha={self.alpha}, binarize={self.binarize}"
 
 
-class PoissonNB(GenerativeClassifier):
+class PoissonNB(_CountSums, GenerativeClassifier):
     """Poisson Naive Bayes for counts (seed 000: "Poisson in the case of count data")::
 
         log p(x | C_k) = sum_j x_j log lambda_kj - lambda_kj - log x_j!
@@ -299,15 +304,6 @@ class PoissonNB(GenerativeClassifier):
     def n_parameters(self) -> int:
         """``K d`` rates + ``K - 1`` priors."""
         return self.n_classes * self.n_features + self._n_prior_parameters
-
-    def _check_domain(self, name, x):
-        _check_counts(name, x)
-
-    def _statistic_shapes(self):
-        return {"feature_count": (self.n_classes, self.n_features)}
-
-    def _batch_statistics(self, x, r):
-        return {"feature_count": class_sums(x, r)}
 
     def _finalize(self, stats, class_count):
         self._check_class_count(class_count)

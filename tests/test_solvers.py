@@ -5,8 +5,9 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from torch.func import functional_call, grad
+from torch.func import grad
 
+from autograd_ref import flat_objective
 from torchglm import ConvergenceWarning, InputError, NumericalWarning, SeparationWarning
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
@@ -80,19 +81,7 @@ def cases():
 
 def autograd_gradient(m, x, y):
     """Gradient of the model's own objective through functional_call (independent of the solvers)."""
-    names = [k for k, _ in m.named_parameters()]
-    shapes = [p.shape for _, p in m.named_parameters()]
-
-    def obj(theta):
-        params, i = {}, 0
-        for nm, sh in zip(names, shapes):
-            params[nm] = theta[i:i + sh.numel()].view(sh)
-            i += sh.numel()
-        eta = functional_call(m, params, (x,))
-        W = params["linear.weight"]
-        return m.family.nll(eta, y).mean() + 0.5 * m.l2 * (W * W).sum()
-
-    return grad(obj)(flat_parameters(m))
+    return grad(flat_objective(m, x, y))(flat_parameters(m))
 
 
 def iterates(model, solver, batches, n_passes, **options):

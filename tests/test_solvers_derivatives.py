@@ -2,8 +2,9 @@
 
 import pytest
 import torch
-from torch.func import functional_call, grad, hessian
+from torch.func import grad, hessian
 
+from autograd_ref import flat_objective
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel
@@ -54,29 +55,12 @@ def _model_and_data(family, link, n=40, d=3, l2=0.3, seed=0, fit_intercept=True)
     return m, x, y, w
 
 
-def _objective(m, x, y, w):
-    """The model's objective as a function of the flat parameters, through functional_call."""
-    names = [k for k, _ in m.named_parameters()]
-    shapes = [p.shape for _, p in m.named_parameters()]
-
-    def obj(theta):
-        params, i = {}, 0
-        for nm, sh in zip(names, shapes):
-            params[nm] = theta[i:i + sh.numel()].view(sh)
-            i += sh.numel()
-        eta = functional_call(m, params, (x,))
-        W = params["linear.weight"]
-        return (w * m.family.nll(eta, y)).sum() / w.sum() + 0.5 * m.l2 * (W * W).sum()
-
-    return obj
-
-
 @pytest.mark.parametrize("family,link", _cases())
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_matches_autograd_over_all_parameters(family, link, fit_intercept):
     m, x, y, w = _model_and_data(family, link, fit_intercept=fit_intercept)
     loss, g, H = hessian_and_gradient(m, TensorBatches(x, y, w, batch_size=7))
-    obj = _objective(m, x, y, w)
+    obj = flat_objective(m, x, y, w)
     theta = flat_parameters(m)
     assert torch.allclose(loss, m.objective(x, y, w), rtol=1e-13, atol=0)
     assert torch.allclose(loss, obj(theta), rtol=1e-13, atol=0)
@@ -147,7 +131,7 @@ def test_hessian_vector_product_without_forming_h(family, link):
     sums.finish()
     assert sums.hess is None
     v = torch.randn(theta.numel(), generator=torch.Generator().manual_seed(1))
-    H = hessian(_objective(m, x, y, w))(theta)
+    H = hessian(flat_objective(m, x, y, w))(theta)
     assert torch.allclose(sums.hvp(v), H @ v, rtol=1e-10, atol=1e-13)
     assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)
 

@@ -217,6 +217,9 @@ def test_gaussian_zero_variance_features():
         model.fit(const, y)
     p = model.predict_proba(torch.tensor([[3.0, 3.0], [4.0, 2.0]]))
     assert torch.isfinite(p).all()
+    # Both features are shared by the classes, so the posterior is the prior (the old
+    # a - logsumexp(a) gave rows summing to 2 here).
+    torch.testing.assert_close(p, model.log_prior.exp().expand(2, 2), rtol=0, atol=1e-15)
 
 
 def test_sparse_rejected_where_unsupported():

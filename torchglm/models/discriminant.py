@@ -8,10 +8,12 @@ covariance shared by all classes (linear boundaries, LDA) or one per class
     S_k = (1 / n_k) sum_{i in C_k} (x_i - mu_k)(x_i - mu_k)^T,
     Sigma = sum_k (n_k / n) S_k          (shared)   or   Sigma_k = S_k   (per class)
 
-computed from the per-class sums ``n_k``, ``sum x_i`` and ``sum x_i x_i^T``
-(weighted by the sample weights when given), as ``S_k = sum x x^T / n_k - mu_k mu_k^T``.
-That one-pass form loses about ``eps * (|mu| / sigma)^2`` relative precision
-to cancellation: standardize features with large offsets, or fit in float64.
+computed from the weighted class counts, means and centred scatter
+``n_k S_k`` (:class:`~torchglm.models._moments.ClassMoments`: sums around a
+per-class shift merged with Chan's formula, never ``E[x x^T] - mu mu^T``), in at
+least the data's precision. Densities are evaluated at ``x - c`` with ``c`` the
+mean of the class means (the posterior does not depend on ``c``), so a common
+offset of the features costs no precision.
 """
 
 from __future__ import annotations
@@ -111,25 +113,18 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         return K * d + n_cov * d * (d + 1) // 2 + self._n_prior_parameters
 
     # -- sufficient statistics -----------------------------------------------
-    def _statistic_shapes(self):
-        d, K = self.n_features, self.n_classes
-        return {"sum_x": (K, d), "sum_xx": (d, d) if self.shared else (K, d, d)}
-
-    def _batch_statistics(self, x, r):
-        if self.shared:
-            sum_xx = (x * r.sum(dim=1, keepdim=True)).T @ x
-        else:
-            sum_xx = torch.einsum("nk,ni,nj->kij", r, x, x)
-        return {"sum_x": r.T @ x, "sum_xx": sum_xx}
+    @property
+    def _moments_kind(self) -> str:
+        # Sigma = (1/n) sum_k n_k S_k needs only the pooled within-class scatter.
+        return "pooled" if self.shared else "full"
 
     def _finalize(self, stats, class_count):
         self._check_class_count(class_count)
-        means = stats["sum_x"] / class_count.unsqueeze(1)
-        outer = means.unsqueeze(2) * means.unsqueeze(1)  # (K, d, d)
+        means, scatter = stats["means"], stats["scatter"]
         if self.shared:
-            cov = (stats["sum_xx"] - (class_count[:, None, None] * outer).sum(0)) / class_count.sum()
+            cov = scatter / class_count.sum()
         else:
-            cov = stats["sum_xx"] / class_count[:, None, None] - outer
+            cov = scatter / class_count[:, None, None]
         cov = 0.5 * (cov + cov.transpose(-1, -2))
         eye = torch.eye(self.n_features, dtype=cov.dtype, device=cov.device)
         if self.shrinkage:
@@ -153,20 +148,37 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         self._set_fitted(class_count)
 
     # -- densities -------------------------------------------------------------
+    def _whitened(self, x):
+        """``z = L^{-1}(x - c)`` (d, n) and ``m_k = L^{-1}(mu_k - c)`` (d, K), ``c`` the
+        mean of the class means: one triangular solve for all classes (shared Sigma)."""
+        c = self.means.mean(0)
+        z = torch.linalg.solve_triangular(self.scale_tril, (x - c).T, upper=False)
+        m = torch.linalg.solve_triangular(self.scale_tril, (self.means - c).T, upper=False)
+        return z, m
+
     def class_log_likelihood(self, x):
         """``log N(x | mu_k, Sigma_k) = -1/2 (x-mu_k)^T Sigma_k^{-1} (x-mu_k) - 1/2 log|Sigma_k| - d/2 log 2 pi``."""
         d = self.n_features
         if self.shared:
-            # With z = L^{-1} x and m_k = L^{-1} mu_k: |z - m_k|^2 = |z|^2 - 2 z^T m_k + |m_k|^2,
-            # one triangular solve for all classes instead of one per class.
-            z = torch.linalg.solve_triangular(self.scale_tril, x.T, upper=False)  # (d, n)
-            m = torch.linalg.solve_triangular(self.scale_tril, self.means.T, upper=False)  # (d, K)
+            # |z - m_k|^2 = |z|^2 - 2 z^T m_k + |m_k|^2 (x and mu_k centred at c, so
+            # |z| is not inflated by an offset common to all features).
+            z, m = self._whitened(x)
             maha = (z * z).sum(0).unsqueeze(1) - 2 * (z.T @ m) + (m * m).sum(0)
         else:
             diff = x.unsqueeze(1) - self.means.unsqueeze(0)  # (n, K, d)
             z = torch.linalg.solve_triangular(self.scale_tril, diff.permute(1, 2, 0), upper=False)
             maha = (z * z).sum(1).T
         return -0.5 * (maha + self.log_det + d * LOG_2PI)
+
+    def relative_log_likelihood(self, x):
+        """Shared Sigma: ``z^T m_k - 1/2 |m_k|^2``, i.e. ``log N(x | mu_k, Sigma)`` without
+        the class-shared ``-1/2 |z|^2 - 1/2 log|Sigma| - d/2 log 2 pi`` (seed 000,
+        ``a_k = w_k^T x + w_k0``): linear in ``x``, so no ``|x|^2`` swamps the
+        differences between classes at large ``|x|``. Per-class Sigma_k: the full density."""
+        if not self.shared:
+            return self.class_log_likelihood(x)
+        z, m = self._whitened(x)
+        return z.T @ m - 0.5 * (m * m).sum(0)
 
     def _sample_features(self, y, generator):
         z = torch.randn(y.shape[0], self.n_features, generator=generator,

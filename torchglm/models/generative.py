@@ -12,20 +12,38 @@ so ``a`` plays the role of the linear predictor ``eta`` of a categorical GLM:
 negative log posterior ``-log p(C_y | x)`` (a cross entropy). The trainer thus
 computes the same metrics for generative and discriminative models.
 
+The posterior is unchanged when a term ``c(x)`` shared by all classes is dropped
+from ``a`` (seed 000: it cancels in the softmax), and is formed by ``log_softmax``
+(``a - max_k a_k`` first), so its rows sum to 1 to rounding for any finite ``a``;
+a non-finite ``a`` (a squared distance that overflows the dtype) raises
+:class:`~torchglm.InputError` instead of returning NaN.
+
 Fitting is maximum likelihood in closed form from sufficient statistics. Every
 statistic is a sum over samples (weighted class counts ``n_k = sum_i s_i t_ik``,
-``sum_i s_i t_ik x_i``, ...), accumulated batch by batch and all-reduced across
-processes before the MLE is formed (:class:`ClosedFormFitter`), so one pass
-over any batch split gives the same fit as one pass over all the data.
+``sum_i s_i t_ik x_i``, ...; Gaussian second moments are summed around a
+per-class shift and merged across processes with Chan's formula, see
+:mod:`torchglm.models._moments`), accumulated batch by batch and all-reduced
+across processes before the MLE is formed (:class:`ClosedFormFitter`), so one
+pass over any batch split gives the same fit as one pass over all the data.
+
+Precision follows the data: statistics are accumulated in
+``torch.promote_types(model.dtype, X.dtype)`` and a fit moves the model's buffers
+to that dtype, so float64 data fitted into a default (float32) model gives a
+float64 model; nothing is cast down. Prediction casts its input to the model's
+dtype (a value that overflows it is an InputError).
 
 Subclasses give:
     * ``_check_domain(name, x)``: support checks (counts, binary values...).
-    * ``_statistic_shapes()``: ``{name: shape}`` of the per-class sums.
-    * ``_batch_statistics(x, r)``: those sums for one batch, ``r`` being the
-      (n, K) matrix of weighted class indicators ``s_i t_ik``.
-    * ``_finalize(stats, class_count)``: the MLE from the summed statistics,
+    * either ``_moments_kind`` (``"diagonal"``, ``"full"`` or ``"pooled"``:
+      class means and centred scatter, :class:`~torchglm.models._moments.ClassMoments`),
+      or ``_statistic_shapes()`` (``{name: shape}`` of the per-class sums) and
+      ``_batch_statistics(x, r)`` (those sums for one batch, ``r`` being the
+      (n, K) matrix of weighted class indicators ``s_i t_ik``).
+    * ``_finalize(stats, class_count)``: the MLE from the reduced statistics,
       written into buffers.
     * ``class_log_likelihood(x)``: ``log p(x | C_k)``, shape (n, K).
+    * optionally ``relative_log_likelihood(x)``: ``log p(x | C_k) - c(x)`` with
+      ``c(x)`` shared by the classes and dropped for precision (default: ``c = 0``).
     * ``_sample_features(y, generator)``: draws ``x ~ p(x | C_{y_i})``.
     * ``n_parameters``: the number of estimated parameters (seed 000, "Degrees of freedom").
     * optionally ``_linear_parameters()`` -> ``(W (K, d), b (K,))`` when
@@ -43,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ._fitted import FittedFlag
+from ._moments import ClassMoments, SumStatistics, agree_dtype
 from .._validation import (
     InputError,
     check_finite,
@@ -52,7 +71,7 @@ from .._validation import (
 )
 from ..data.batches import Batch, TensorBatches
 from ..families import Categorical
-from ..solvers.base import FitResult, Fitter, all_reduce_sum, run_passes
+from ..solvers.base import FitResult, Fitter, run_passes
 
 __all__ = ["GenerativeClassifier", "ClosedFormFitter"]
 
@@ -102,7 +121,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         n_classes: number of classes ``K`` (labels ``0..K-1``).
         priors: fixed class priors ``p(C_k)`` (K positive numbers summing to 1);
             ``None`` fits them by maximum likelihood, ``pi_k = n_k / n`` (seed 000).
-        dtype: dtype of the fitted statistics (default: torch's default dtype).
+        dtype: dtype of the fitted statistics (default: torch's default dtype). A
+            fit with wider data (float64 into float32) moves the model to the
+            data's dtype: precision follows the data and is never cast down.
 
     Attributes:
         family: a :class:`~torchglm.families.Categorical` family:
@@ -153,11 +174,21 @@ class GenerativeClassifier(FittedFlag, nn.Module):
     def _check_domain(self, name: str, x: torch.Tensor) -> None:
         """Check that ``x`` lies in the support of ``p(x | C_k)``; raise InputError."""
 
+    #: ``None`` (plain sums from ``_batch_statistics``) or the layout of the class
+    #: moments: ``"diagonal"``, ``"full"`` or ``"pooled"`` (see :class:`ClassMoments`).
+    _moments_kind: str | None = None
+
     def _statistic_shapes(self) -> dict[str, tuple[int, ...]]:
         raise NotImplementedError
 
     def _batch_statistics(self, x: torch.Tensor, r: torch.Tensor) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    def _accumulator(self, dtype: torch.dtype, device: torch.device):
+        """The statistics one pass accumulates, in ``dtype``."""
+        if self._moments_kind is not None:
+            return ClassMoments(self.n_classes, self.n_features, self._moments_kind, dtype, device)
+        return SumStatistics(self.n_classes, self._statistic_shapes(), self._batch_statistics, dtype, device)
 
     def _finalize(self, stats: dict[str, torch.Tensor], class_count: torch.Tensor) -> None:
         raise NotImplementedError
@@ -165,6 +196,15 @@ class GenerativeClassifier(FittedFlag, nn.Module):
     def class_log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
         """``log p(x | C_k)`` for each sample and class, shape (n, K)."""
         raise NotImplementedError
+
+    def relative_log_likelihood(self, x: torch.Tensor) -> torch.Tensor:
+        """``log p(x | C_k) - c(x)`` with ``c(x)`` shared by every class, shape (n, K).
+
+        The posterior and the decision depend on ``a`` only up to such a term
+        (seed 000, "Multiple classes"); a model drops it where it would swamp the
+        differences between classes (the multinomial coefficient, ``x^T Sigma^{-1} x``).
+        """
+        return self.class_log_likelihood(x)
 
     def _sample_features(self, y: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
         raise NotImplementedError
@@ -183,9 +223,17 @@ class GenerativeClassifier(FittedFlag, nn.Module):
 
     # -- prediction ------------------------------------------------------------
 
-    def check_features(self, x: torch.Tensor, name: str = "X") -> torch.Tensor:
-        """Validate a feature matrix (dense, or sparse where the model allows it)
-        and return it in the model's dtype."""
+    def check_features(self, x: torch.Tensor, name: str = "X", promote: bool = False) -> torch.Tensor:
+        """Validate a feature matrix (dense, or sparse where the model allows it).
+
+        Returns it in the model's dtype, or with ``promote=True`` (fitting) in
+        ``torch.promote_types(model.dtype, x.dtype)``, so data are never cast down.
+
+        Raises:
+            InputError: not a 2-D real tensor, wrong width, no rows, non-finite
+                values (or values that overflow the model's dtype), values outside
+                the model's support.
+        """
         if not isinstance(x, torch.Tensor):
             raise fail(name, "a torch.Tensor", type(x).__name__)
         if x.dim() != 2:
@@ -198,10 +246,22 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             raise fail(name, "at least one sample", "0 rows")
         if torch.is_complex(x):
             raise fail(name, "a real tensor", f"dtype {x.dtype}")
-        x = x.to(self.dtype)
-        check_finite(name, x)
-        self._check_domain(name, x)
-        return x
+        dtype = self.working_dtype(x) if promote else self.dtype
+        cast = x.to(dtype)
+        try:
+            check_finite(name, cast)
+        except InputError:
+            if cast is x or not x.is_floating_point():
+                raise
+            check_finite(name, x)  # the input itself is bad: say so
+            raise fail(name, f"values within the range of {dtype} (the model's dtype)",
+                       f"values that overflow when cast from {x.dtype}") from None
+        self._check_domain(name, cast)
+        return cast
+
+    def working_dtype(self, x: torch.Tensor) -> torch.dtype:
+        """The dtype a fit on ``x`` accumulates in: the wider of the model's and the data's."""
+        return torch.promote_types(self.dtype, x.dtype) if x.is_floating_point() else self.dtype
 
     #: whether torch sparse (COO/CSR) feature matrices are accepted.
     accepts_sparse: bool = False
@@ -219,25 +279,58 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         """
         return self.joint_log_likelihood(x.to(self.dtype))
 
-    def predict_log_proba(self, x: torch.Tensor) -> torch.Tensor:
-        """``log p(C_k | x) = a_k - logsumexp_j a_j``, shape (n, K)."""
+    def _checked(self, x: torch.Tensor) -> torch.Tensor:
         self.check_fitted()
-        a = self.joint_log_likelihood(self.check_features(x))
-        return a - torch.logsumexp(a, dim=1, keepdim=True)
+        return self.check_features(x)
 
+    def _finite(self, value: torch.Tensor, x: torch.Tensor, what: str) -> torch.Tensor:
+        """Raise instead of returning NaN when ``value`` (one entry per row) overflowed."""
+        bad = ~torch.isfinite(value)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0])
+            big = float(x[i].abs().max()) if x.layout == torch.strided else float("nan")
+            raise fail("X", f"features small enough that {what} is finite in {self.dtype}",
+                       f"{int(bad.sum())} rows where it overflows, first row {i} (max |x| = {big:.3g})")
+        return value
+
+    def _relative_joint(self, x: torch.Tensor) -> torch.Tensor:
+        """``a_k - c(x)`` for checked ``x``; every row has a finite maximum."""
+        a = self.relative_log_likelihood(x) + self.log_prior
+        # amax propagates NaN and catches +inf and all -inf rows; a -inf entry
+        # below a finite maximum is a posterior of exactly 0.
+        self._finite(a.amax(dim=1), x, "log p(x | C_k) + log p(C_k)")
+        return a
+
+    @torch.no_grad()
+    def predict_log_proba(self, x: torch.Tensor) -> torch.Tensor:
+        """``log p(C_k | x) = log_softmax(a)_k``, shape (n, K), in the model's dtype.
+
+        ``a`` is max-shifted before the normalizer (``log_softmax``), so
+        ``exp`` of a row sums to 1 to rounding even at ``|a| ~ 1e34``.
+
+        Raises:
+            NotFittedError: before a fit.
+            InputError: invalid ``x``, or ``a`` not finite in the model's dtype.
+        """
+        x = self._checked(x)
+        return torch.log_softmax(self._relative_joint(x), dim=1)
+
+    @torch.no_grad()
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
-        """Posterior class probabilities ``p(C_k | x)``, shape (n, K)."""
+        """Posterior class probabilities ``p(C_k | x) = softmax(a)_k``, shape (n, K)."""
         return self.predict_log_proba(x).exp()
 
+    @torch.no_grad()
     def predict(self, x: torch.Tensor) -> torch.Tensor:
         """The most probable class ``argmax_k a_k(x)``, shape (n,)."""
-        self.check_fitted()
-        return self.joint_log_likelihood(self.check_features(x)).argmax(dim=1)
+        x = self._checked(x)
+        return self._relative_joint(x).argmax(dim=1)
 
+    @torch.no_grad()
     def log_prob(self, x: torch.Tensor) -> torch.Tensor:
         """The marginal log density ``log p(x) = logsumexp_k a_k(x)``, shape (n,)."""
-        self.check_fitted()
-        return torch.logsumexp(self.joint_log_likelihood(self.check_features(x)), dim=1)
+        x = self._checked(x)
+        return self._finite(torch.logsumexp(self.joint_log_likelihood(x), dim=1), x, "log p(x)")
 
     # -- sampling --------------------------------------------------------------
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -310,10 +403,11 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             raise fail("options", "no options for the closed-form fit", sorted(options))
         return ClosedFormFitter(self, validate=validate)
 
-    def check_data(self, x: torch.Tensor, y: torch.Tensor,
-                   weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Validate features, labels and weights; return ``(x, y)`` with long labels."""
-        x = self.check_features(x)
+    def check_data(self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
+                   promote: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate features, labels and weights; return ``(x, y)`` with long labels
+        (``x`` as :meth:`check_features` returns it)."""
+        x = self.check_features(x, promote=promote)
         if not isinstance(y, torch.Tensor):
             raise fail("y", "a torch.Tensor", type(y).__name__)
         check_same_length(["X", "y"], x, y)
@@ -333,6 +427,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             batch_size: accumulate in slices of this many rows (dense input only);
                 the result does not depend on it.
 
+        The statistics are accumulated in the wider of the model's and the data's
+        dtype, and the model moves to that dtype (float64 data give a float64 model).
+
         Returns:
             The :class:`~torchglm.solvers.base.FitResult` (``converged=True``, one pass).
 
@@ -340,7 +437,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             InputError: invalid data, an empty class, or a statistic that
                 admits no estimate (see the subclass).
         """
-        x, y = self.check_data(x, y, weight)
+        x, y = self.check_data(x, y, weight, promote=True)
         fitter = self.make_fitter(validate=False)
         if x.layout != torch.strided:
             if batch_size is not None:
@@ -372,10 +469,12 @@ class GenerativeClassifier(FittedFlag, nn.Module):
 class ClosedFormFitter(Fitter):
     """One pass of sufficient statistics, then the closed-form MLE.
 
-    ``start_pass`` zeroes the sums, ``accumulate`` adds one batch's
-    ``n_k = sum_i s_i t_ik`` and the model's per-class sums, ``end_pass``
-    all-reduces them (:func:`~torchglm.solvers.base.all_reduce_sum`), forms the
-    MLE and returns ``done = True``.
+    ``start_pass`` forgets the statistics, ``accumulate`` adds one batch's
+    ``n_k = sum_i s_i t_ik`` and the model's per-class statistics (created at the
+    first batch in the model's :meth:`~GenerativeClassifier.working_dtype` for it),
+    ``end_pass`` agrees the dtype across processes, reduces the statistics
+    (all-reduced sums; see :mod:`torchglm.models._moments`), moves the model to
+    that dtype if it is wider, forms the MLE and returns ``done = True``.
     """
 
     def __init__(self, model: GenerativeClassifier, validate: bool = True):
@@ -383,47 +482,57 @@ class ClosedFormFitter(Fitter):
         self.validate = validate
         self.done = False
         self.result = FitResult("closed_form", message="not run")
-        self._stats: dict[str, torch.Tensor] | None = None
+        self._acc = None
+        self._started = False
 
     def start_pass(self) -> None:
-        m = self.model
-        like = m.log_prior
-        self._stats = {"class_count": torch.zeros(m.n_classes, dtype=like.dtype, device=like.device)}
-        for name, shape in m._statistic_shapes().items():
-            self._stats[name] = torch.zeros(shape, dtype=like.dtype, device=like.device)
+        self._acc = None
+        self._started = True
 
     def accumulate(self, batch: Batch) -> None:
-        if self._stats is None:
+        if not self._started:
             raise RuntimeError("accumulate() called before start_pass()")
         m = self.model
         x, y, weight = batch.x, batch.y, batch.weight
         if self.validate:
-            x, y = m.check_data(x, y, weight)
+            x, y = m.check_data(x, y, weight, promote=True)
         else:
-            x = x.to(m.dtype)
+            x = x.to(m.working_dtype(x))
             y = y.long()
-        r = F.one_hot(y, m.n_classes).to(m.dtype)
+        dtype = x.dtype
+        if self._acc is None:
+            self._acc = m._accumulator(dtype, m.log_prior.device)
+        elif self._acc.dtype != torch.promote_types(self._acc.dtype, dtype):
+            self._acc.to(torch.promote_types(self._acc.dtype, dtype))
+        dtype = self._acc.dtype
+        x = x.to(dtype)
+        r = F.one_hot(y, m.n_classes).to(dtype)
         if weight is not None:
-            r = r * weight.to(m.dtype).unsqueeze(1)
-        self._stats["class_count"] += r.sum(dim=0)
-        for name, value in m._batch_statistics(x, r).items():
-            self._stats[name] += value
+            r = r * weight.to(dtype).unsqueeze(1)
+        self._acc.add(x, y, r)
 
     def end_pass(self) -> bool:
-        if self._stats is None:
+        if not self._started:
             raise RuntimeError("end_pass() called before start_pass()")
-        stats = self._stats
-        all_reduce_sum(*stats.values())
-        class_count = stats.pop("class_count")
+        m = self.model
+        device = m.log_prior.device
+        acc = self._acc if self._acc is not None else m._accumulator(m.dtype, device)
+        dtype = agree_dtype(acc.dtype, device)
+        if dtype != acc.dtype:
+            acc.to(dtype)
+        stats, class_count = acc.reduce()
+        if dtype != m.dtype:
+            m.to(dtype)
         with torch.no_grad():
-            self.model._finalize(stats, class_count)
+            m._finalize(stats, class_count)
         self.done = True
         self.result = FitResult(
             "closed_form", converged=True, n_iter=1,
             message="closed-form maximum likelihood from one pass of sufficient statistics",
             extra={"n_samples": float(class_count.sum())},
         )
-        self._stats = None
+        self._acc = None
+        self._started = False
         return True
 
 

@@ -148,6 +148,10 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
         log_coef = torch.lgamma(length + 1) - row_sum(x, lambda v: torch.lgamma(v + 1))
         return matmul(x, self.log_theta.T) + log_coef.unsqueeze(1)
 
+    def relative_log_likelihood(self, x):
+        """``sum_j x_j log theta_kj``: the multinomial coefficient is shared by the classes."""
+        return matmul(x, self.log_theta.T)
+
     def _sample_features(self, y, generator):
         lengths = torch.poisson(self.mean_length[y], generator=generator).long()
         n, d = y.shape[0], self.n_features
@@ -317,6 +321,10 @@ class PoissonNB(_CountSums, GenerativeClassifier):
         log_fact = row_sum(x, lambda v: torch.lgamma(v + 1))
         return matmul(x, self.rate.log().T) - self.rate.sum(1) - log_fact.unsqueeze(1)
 
+    def relative_log_likelihood(self, x):
+        """``sum_j x_j log lambda_kj - lambda_kj``: ``sum_j log x_j!`` is shared by the classes."""
+        return matmul(x, self.rate.log().T) - self.rate.sum(1)
+
     def _sample_features(self, y, generator):
         return torch.poisson(self.rate[y], generator=generator)
 
@@ -337,9 +345,13 @@ class GaussianNB(GenerativeClassifier):
     with ``S_kj`` the (biased, MLE) within-class variance and ``Var[x_j]`` the
     variance of feature ``j`` over all training samples (scikit-learn's
     ``GaussianNB(var_smoothing=...)``; with sample weights both are weighted).
+    Both come from centred sums (:class:`~torchglm.models._moments.ClassMoments`),
+    so an offset common to the features costs no precision.
     If a variance is still 0 (every feature constant within a class and no
     smoothing mass), ``eps * max(1, max_j E[x_j^2])`` is added with a
-    :class:`NumericalWarning`, so probabilities stay finite.
+    :class:`NumericalWarning`, so probabilities stay finite; a feature constant
+    in every class then drops out of the posterior (see
+    :meth:`relative_log_likelihood`).
 
     Args:
         n_features: number of features ``d``.
@@ -371,26 +383,23 @@ class GaussianNB(GenerativeClassifier):
         """``2 K d`` means and variances + ``K - 1`` priors."""
         return 2 * self.n_classes * self.n_features + self._n_prior_parameters
 
-    def _statistic_shapes(self):
-        K, d = self.n_classes, self.n_features
-        return {"sum_x": (K, d), "sum_xx": (K, d)}
-
-    def _batch_statistics(self, x, r):
-        return {"sum_x": r.T @ x, "sum_xx": r.T @ (x * x)}
+    #: per (class, feature) means and centred sums of squares (never E[x^2] - mu^2).
+    _moments_kind = "diagonal"
 
     def _finalize(self, stats, class_count):
         self._check_class_count(class_count)
         n_k = class_count.unsqueeze(1)
-        means = stats["sum_x"] / n_k
-        # max(., 0): E[x^2] - mu^2 can round below 0 for a constant feature.
-        var = (stats["sum_xx"] / n_k - means * means).clamp_min(0)
+        # max(., 0): the centred sum of squares of a constant feature may round below 0.
+        means, scatter = stats["means"], stats["scatter"].clamp_min(0)
+        var = scatter / n_k
+        # Law of total variance: Var[x_j] = (sum_k M2_kj + sum_k n_k (mu_kj - mu_j)^2) / n.
         n = class_count.sum()
-        total_mean = stats["sum_x"].sum(0) / n
-        total_sq = stats["sum_xx"].sum(0) / n
-        total_var = (total_sq - total_mean * total_mean).clamp_min(0)
+        total_mean = (n_k * means).sum(0) / n
+        spread = means - total_mean
+        total_var = (scatter + n_k * spread * spread).sum(0) / n
         var = var + self.var_smoothing * total_var.max()
         if bool((var <= 0).any()):
-            floor = torch.finfo(var.dtype).eps * total_sq.max().clamp_min(1)
+            floor = torch.finfo(var.dtype).eps * (total_var + total_mean * total_mean).max().clamp_min(1)
             warnings.warn(
                 f"zero variance for some (class, feature) pairs even after var_smoothing="
                 f"{self.var_smoothing:g}; added {float(floor):.3g} to every variance",
@@ -401,9 +410,20 @@ class GaussianNB(GenerativeClassifier):
         self.var.copy_(var)
         self._set_fitted(class_count)
 
+    def _feature_terms(self, x):
+        """``t_kj = (x_j - mu_kj)^2 / s2_kj + log s2_kj``, shape (n, K, d)."""
+        diff = x.unsqueeze(1) - self.means.unsqueeze(0)
+        return diff * diff / self.var + self.var.log()
+
     def class_log_likelihood(self, x):
-        diff = x.unsqueeze(1) - self.means.unsqueeze(0)  # (n, K, d)
-        return -0.5 * ((diff * diff / self.var).sum(2) + self.var.log().sum(1) + self.n_features * LOG_2PI)
+        return -0.5 * (self._feature_terms(x).sum(2) + self.n_features * LOG_2PI)
+
+    def relative_log_likelihood(self, x):
+        """``-1/2 sum_j (t_kj - min_l t_lj)``: each feature's class-shared part removed
+        before the sum, so a feature with the same mean and variance in every class
+        (a constant feature) contributes exactly 0 however far ``x_j`` is from it."""
+        t = self._feature_terms(x)
+        return -0.5 * (t - t.amin(dim=1, keepdim=True)).sum(2)
 
     def _sample_features(self, y, generator):
         z = torch.randn(y.shape[0], self.n_features, generator=generator,

@@ -208,7 +208,7 @@ def test_first_order_solvers_reach_the_newton_optimum(solver):
     m = GeneralizedLinearModel(3, "poisson")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        m.fit(x, y, solver=solver, max_iter=500, gtol=1e-10)
+        m.fit(x, y, solver=solver, max_iter=500, tol=1e-16)
     assert torch.allclose(_theta(m), _theta(mn), rtol=1e-5, atol=1e-6)
 
 

@@ -15,6 +15,8 @@ import torch
 from .._validation import fail
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
+from .derivatives import hessian_cost
+from .stepper import NEWTON_MAX_COST
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
 
@@ -32,16 +34,10 @@ SOLVERS: dict[str, type[Fitter]] = {
 #: assembling ``H`` in units of one gradient evaluation), ``auto`` leaves exact Newton
 #: (bench/newton.py: at d~ = 51, 200k rows, a float32 Newton fit took 1.7x the time of
 #: L-BFGS on two cores; at d~ = 21, 1M rows, 1.15x).
-AUTO_NEWTON_MAX_COST = 32
+AUTO_NEWTON_MAX_COST = NEWTON_MAX_COST
 #: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
 AUTO_FLOAT32_MIN_FLOPS = 5e7
-
-
-def _hessian_cost(model) -> float:
-    m, d = model.linear.weight.shape
-    dt = d + (model.linear.bias is not None)
-    return dt * m * (m + 1) / 2 if m > 1 else dt
 
 
 def choose_solver(model, n_samples: int | None = None) -> str:
@@ -57,7 +53,7 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     at least ``AUTO_FLOAT32_MIN_FLOPS`` per pass and no ``dtype`` is given, it
     works in float32 and polishes in float64.
     """
-    return "newton" if _hessian_cost(model) <= AUTO_NEWTON_MAX_COST else "lbfgs"
+    return "newton" if hessian_cost(model) <= AUTO_NEWTON_MAX_COST else "lbfgs"
 
 
 def _check_options(name: str, cls: type, options: dict) -> None:
@@ -141,7 +137,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     _check_options(name, cls, options)
     if solver == "auto" and dtype is None and name == "newton":
         m, d = model.linear.weight.shape
-        flops = x.shape[0] * (d + 1) * _hessian_cost(model)
+        flops = x.shape[0] * (d + 1) * hessian_cost(model)
         dtype = torch.float32 if flops >= AUTO_FLOAT32_MIN_FLOPS else None
     work = dtype or getattr(cls, "default_dtype", None) or model.linear.weight.dtype
     if polish is None:

@@ -44,6 +44,7 @@ __all__ = [
     "set_flat_parameters",
     "parameter_names",
     "penalty_mask",
+    "hessian_cost",
     "PassSums",
     "hessian_and_gradient",
 ]
@@ -139,6 +140,14 @@ def parameter_names(model) -> list[str]:
     return names
 
 
+def hessian_cost(model) -> float:
+    """Hessian entries per sample, ``d~ K (K + 1) / 2`` (``d~`` for one output): the
+    cost of one exact-Hessian pass in units of one gradient evaluation."""
+    m, d = model.linear.weight.shape
+    dt = d + (model.linear.bias is not None)
+    return dt * m * (m + 1) / 2 if m > 1 else dt
+
+
 def penalty_mask(model, dtype=None, device=None) -> torch.Tensor:
     """1 for penalized (weight) entries, 0 for the bias, in the flat order."""
     m, d = model.linear.weight.shape
@@ -161,7 +170,7 @@ class PassSums:
     finite), and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
     probability numerically 0 or 1: a sign of separation), ``n_samples`` the
-    rows seen and ``y_sum`` the weighted sum of scalar targets (when asked).
+    rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of scalar targets (when asked).
 
     Args:
         model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
@@ -196,7 +205,7 @@ class PassSums:
         self.p = p
         self.loss_sum = torch.zeros((), **opts)
         self.weight_sum = torch.zeros((), **opts)
-        self.counts = torch.zeros(3, **opts)  # n_invalid, n_saturated, n_samples
+        self.counts = torch.zeros(4, **opts)  # n_invalid, n_saturated, n_samples, n_offset
         self.y_sum = torch.zeros((), **opts)
         self.want_y_sum = y_sum and self.scalar
         self.grad = torch.zeros(p, **opts)
@@ -242,6 +251,8 @@ class PassSums:
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
         self.counts[2] += nll.shape[0]
+        if batch.offset is not None:
+            self.counts[3] += nll.shape[0]
         if self.want_y_sum:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
         if s is not None:
@@ -333,6 +344,7 @@ class PassSums:
         self.n_invalid = int(self.counts[0]) + (0 if bool(torch.isfinite(self.loss_sum)) else 1)
         self.n_saturated = int(self.counts[1])
         self.n_samples = int(self.counts[2])
+        self.n_offset = int(self.counts[3])
         w = self.theta * self.mask
         self.loss = self.loss_sum / S + 0.5 * self.l2 * (w * w).sum()
         self.grad = self.grad / S + self.l2 * w

@@ -17,8 +17,9 @@ then share the line search and stopping rules of :mod:`.stepper`:
   preconditioned) conjugate gradients with exact Hessian-vector products
   ``H v = X~^T (h * X~ v) / S + l2 P v`` (forward then backward product of the
   linear map around the per-sample curvature ``h`` from :mod:`torch.func`),
-  never forming ``H``; CG stops at a relative residual
-  ``min(0.5, sqrt(||g||))`` (Nocedal & Wright 7.1).
+  never forming ``H``; Jacobi-preconditioned CG stops at a relative residual
+  ``min(0.5, sqrt(||g||_P))`` in the scale-invariant norm ``||r||_P`` (Nocedal &
+  Wright 7.1; :func:`.linalg.cg_solve`).
 
 **Softmax identifiability.** Without a penalty, adding one vector to every
 class row of ``[W, b]`` leaves every probability unchanged, so ``H`` is
@@ -34,13 +35,10 @@ its coefficients are ``w_k - w_0`` of ours with identical probabilities. With
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from .._validation import fail
 from .derivatives import PassSums
-from .linalg import newton_direction, shift_null_projector
 from .stepper import StepFitter
 
 __all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]
@@ -49,25 +47,7 @@ __all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]
 class _SecondOrder(StepFitter):
     default_max_iter = 100
     default_dtype = torch.float64
-    watches_separation = True
-
-    def __init__(self, model, **options):
-        super().__init__(model, **options)
-        m, d = model.linear.weight.shape
-        has_bias = model.linear.bias is not None
-        self.shift_columns = None
-        if model.family.multi_output:
-            cols = torch.full((d + has_bias,), model.l2 == 0, dtype=torch.bool)
-            if has_bias:
-                cols[-1] = True
-            if bool(cols.any()):
-                self.shift_columns = cols
-                self.N = shift_null_projector(m, d, has_bias, cols, dtype=self.dtype,
-                                              device=self.theta.device)
-
-    def remove_shift(self, v: torch.Tensor) -> torch.Tensor:
-        """Project out the softmax shift directions (identity for other models)."""
-        return v if self.shift_columns is None else v - self.N @ v
+    exact = True
 
 
 class NewtonFitter(_SecondOrder):
@@ -77,8 +57,8 @@ class NewtonFitter(_SecondOrder):
     ``X~^T (h * X~)`` per batch, a ``K x K`` block pair per batch for softmax),
     then solves ``H delta = -g`` by Cholesky (eigenvalue fallback with a
     :class:`~torchglm.NumericalWarning` for singular or indefinite ``H``).
-    Stops on ``||g||_inf <= gtol`` or on the Newton decrement
-    ``lambda^2 / 2 = -g^T delta / 2 <= tol max(1, |E|)``.
+    Stops on the Newton decrement ``lambda^2 / 2 = -g^T delta / 2 <= tol max(1, |E|)``
+    or the scaled gradient (see :mod:`.stepper`).
 
     Args:
         model: the model to fit.
@@ -110,13 +90,7 @@ class NewtonFitter(_SecondOrder):
             self.curvature = None
 
     def direction(self, s: PassSums):
-        A = s.hess if self.fixed_hessian is None else self.fixed_hessian
-        if self.shift_columns is not None:
-            A = A + A.diagonal().mean() * self.N
-        delta, note = newton_direction(A, s.grad)
-        if note is not None:
-            self._note(f"Hessian {note}")
-        return delta, float(-(s.grad @ delta))
+        return self.newton_step(s, s.hess if self.fixed_hessian is None else self.fixed_hessian)
 
 
 class IRLSFitter(NewtonFitter):
@@ -138,7 +112,7 @@ class NewtonCGFitter(_SecondOrder):
 
     Args:
         model: the model to fit.
-        max_cg: maximum CG iterations per Newton step (default ``min(p, 250)``).
+        max_cg: maximum CG iterations per Newton step (default ``min(max(2p, 50), 500)``).
         **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
 
     Every CG iteration is one Hessian-vector product over the batches kept
@@ -151,38 +125,7 @@ class NewtonCGFitter(_SecondOrder):
 
     def __init__(self, model, max_cg: int | None = None, **options):
         super().__init__(model, **options)
-        self.max_cg = min(self.theta.numel(), 250) if max_cg is None else max_cg
-        self.cg_iters: list[int] = []
+        self.max_cg = max_cg
 
     def direction(self, s: PassSums):
-        g = s.grad
-        gnorm = float(g.norm())
-        target = min(0.5, math.sqrt(gnorm)) * gnorm
-        precond = 1.0 / s.diag.clamp_min(torch.finfo(g.dtype).tiny)
-        x = torch.zeros_like(g)
-        r = -g
-        z = precond * r
-        p = z.clone()
-        rz = float(r @ z)
-        n_cg = 0
-        for n_cg in range(1, self.max_cg + 1):
-            Ap = s.hvp(p)
-            pAp = float(p @ Ap)
-            if pAp <= 0:
-                # Negative or zero curvature along p: keep what CG has (or -g at first).
-                if n_cg == 1:
-                    x = -g
-                break
-            alpha = rz / pAp
-            x = x + alpha * p
-            r = r - alpha * Ap
-            if float(r.norm()) <= target:
-                break
-            z = precond * r
-            rz_new = float(r @ z)
-            p = z + (rz_new / rz) * p
-            rz = rz_new
-        self.cg_iters.append(n_cg)
-        self.result.extra["cg_iterations"] = self.cg_iters
-        x = self.remove_shift(x)
-        return x, float(-(g @ x))
+        return self.cg_step(s, self.max_cg)

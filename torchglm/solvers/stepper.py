@@ -8,11 +8,22 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    stayed inside the link's domain with a finite loss; otherwise it is rejected
    and the next pass tries ``t / 2`` from the same ``theta``. A rejected pass
    never moves the model, so a step that overflows never yields NaN.
-2. **Convergence** at the accepted point: ``||g||_inf <= gtol``, or, for
-   Newton-type solvers, the Newton decrement ``lambda^2 = g^T H^{-1} g`` with
-   ``lambda^2 / 2 <= tol max(1, |E|)`` (``lambda^2 / 2`` estimates ``E - E*``;
-   Boyd & Vandenberghe, "Convex Optimization", 9.5). Not the change of the
-   coefficients, which is small both at the optimum and when progress stalls.
+2. **Convergence** at the accepted point, by scale-invariant rules only
+   (multiplying a column of ``X`` by ``c`` divides its coefficient by ``c`` and
+   changes neither whether nor where a fit stops): the Newton decrement
+   ``lambda^2 = g^T H^{-1} g`` with ``lambda^2 / 2 <= tol max(1, |E|)``
+   (``lambda^2 / 2`` estimates ``E - E*``; Boyd & Vandenberghe, "Convex
+   Optimization", 9.5), computed on the equilibrated system (and, for
+   Newton-CG, only from a CG solve that met its residual target). Not a small
+   gradient, which a nearly flat direction can show far from the optimum, and not
+   the change of the coefficients, which is small both at the optimum and when
+   progress stalls. First-order solvers (gradient, coordinate, L-BFGS) have no
+   exact curvature: their own rule (``||g||_inf <= gtol``, the L-BFGS decrement,
+   a stalled line search) only ends their own phase; the fit then **finishes
+   with exact Newton-type steps** from that point (exact Hessian when
+   ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST``, Newton-CG otherwise), which verify
+   the optimum with an exact decrement, usually in one pass, and watch for
+   separation. So ``converged=True`` always means the decrement test held.
    Where ``E`` changes by less than its rounding error, a trial that lowers
    ``||g||`` is accepted instead; a rejected trial whose predicted decrease
    ``-t g^T delta`` is below that rounding ends the fit as converged "to
@@ -34,16 +45,31 @@ import torch
 
 from .._validation import ConvergenceWarning, NumericalWarning, SeparationWarning, check_positive, fail
 from .base import FitResult, Fitter
-from .derivatives import PassSums, flat_parameters, parameter_names, set_flat_parameters
+from .derivatives import (
+    PassSums,
+    flat_parameters,
+    hessian_cost,
+    parameter_names,
+    set_flat_parameters,
+)
+from .linalg import cg_solve, newton_direction, shift_null_projector
 
-__all__ = ["StepFitter"]
+__all__ = ["StepFitter", "NEWTON_MAX_COST", "FINISH_MAX_STEPS"]
+
+#: Up to this many Hessian entries per sample (``d~ K (K + 1) / 2``) an exact Hessian
+#: pass is cheap next to the passes it saves; above it, Newton-CG (Hessian-vector
+#: products) finishes a first-order fit, and ``auto`` picks L-BFGS.
+NEWTON_MAX_COST = 32
+#: Newton-type steps a first-order fit may take to finish after its own rule stopped.
+FINISH_MAX_STEPS = 100
 
 
 class StepFitter(Fitter):
     """Base of the pass-based iterative solvers (see the module docstring).
 
     Subclasses set ``name``, ``curvature`` (what a pass accumulates: ``None``,
-    ``"full"``, ``"expected"``, ``"diag"``, ``"hvp"``) and implement
+    ``"full"``, ``"expected"``, ``"diag"``, ``"hvp"``), ``exact`` (whether their
+    direction comes with an exact Newton decrement) and implement
     :meth:`direction`.
 
     Args:
@@ -51,11 +77,14 @@ class StepFitter(Fitter):
             the starting point and hold the best accepted point after every pass).
         max_iter: maximum number of accepted steps.
         tol: Newton-decrement tolerance, relative to ``max(1, |E|)``.
-        gtol: gradient tolerance on ``||g||_inf``.
+        gtol: first-order solvers end their own phase at ``||g||_inf <= gtol``
+            and then finish with Newton-type steps (module docstring); Newton-type
+            solvers stop on the decrement only.
         dtype: computation dtype (batches are cast per pass when they differ).
         armijo: sufficient-decrease constant ``c``.
         max_halvings: consecutive rejected trials before the line search gives up.
-        detect_separation: watch unpenalized classifiers for separation.
+        detect_separation: watch unpenalized classifiers for separation (on the
+            Newton-type steps: every solver's, first-order ones while finishing).
         saturation: per-sample loss below which a fitted probability counts as
             numerically 0 or 1.
     """
@@ -65,8 +94,9 @@ class StepFitter(Fitter):
     default_max_iter = 100
     #: ``None``: compute in the model's dtype.
     default_dtype: torch.dtype | None = None
-    #: whether the separation test applies (it reads Newton-type steps).
-    watches_separation = False
+    #: whether :meth:`direction` is a Newton-type step with an exact decrement
+    #: (otherwise the fit finishes with Newton-type steps; module docstring).
+    exact = False
     #: ``False``: accept every trial that stays in the link's domain (a fixed step).
     line_search = True
 
@@ -86,8 +116,8 @@ class StepFitter(Fitter):
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
         self.armijo, self.max_halvings = armijo, max_halvings
         self.dtype = dtype or self.default_dtype or model.linear.weight.dtype
-        self.detect_separation = (detect_separation and self.watches_separation
-                                  and model.l2 == 0 and model.family.is_classifier)
+        self.detect_separation = (detect_separation and model.l2 == 0
+                                  and model.family.is_classifier)
         self.saturation = saturation
         self.theta = flat_parameters(model, self.dtype).to(model.linear.weight.device)
         self.result = FitResult(solver=self.name)
@@ -104,10 +134,40 @@ class StepFitter(Fitter):
         self.notes: dict[str, int] = {}
         self.sep_streak = 0
         self.prev_delta: torch.Tensor | None = None
+        self.finishing = False
+        self.finish_curvature = "full" if hessian_cost(model) <= NEWTON_MAX_COST else "hvp"
+        self.finish_from = 0
+        self.reevaluate = False
+        #: whether the last Newton-type direction solved its system to its target.
+        self.solve_exact = True
+        # The softmax shift directions of unpenalized columns (see ``newton_step``).
+        m, d = model.linear.weight.shape
+        has_bias = model.linear.bias is not None
+        self.shift_columns = None
+        if model.family.multi_output:
+            cols = torch.full((d + has_bias,), model.l2 == 0, dtype=torch.bool)
+            if has_bias:
+                cols[-1] = True
+            if bool(cols.any()):
+                self.shift_columns = cols
+                self.N = shift_null_projector(m, d, has_bias, cols, dtype=self.dtype,
+                                              device=self.theta.device)
+        # From the all-zero start (the model's initialization), the first pass sums
+        # only E, g and the mean target, and the fit starts from the intercept-only
+        # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
+        # 1e15 need steps of exp(35) that no line search can take.
+        self.start_pending = (has_bias and not model.family.multi_output
+                              and not bool(self.theta.any()))
 
     # -- the pass hooks -------------------------------------------------------
+    def pass_curvature(self) -> str | None:
+        """What the next pass accumulates."""
+        if self.start_pending:
+            return None
+        return self.finish_curvature if self.finishing else self.curvature
+
     def start_pass(self) -> None:
-        self.sums = PassSums(self.model, self.theta, self.curvature,
+        self.sums = PassSums(self.model, self.theta, self.pass_curvature(),
                              self.saturation if self.detect_separation else 0.0,
                              y_sum=self.base is None)
 
@@ -121,14 +181,24 @@ class StepFitter(Fitter):
         self.n_passes += 1
         loss = float(s.loss)
         ok = s.n_invalid == 0 and math.isfinite(loss)
+        if self.start_pending:
+            self.start_pending = False
+            if self._intercept_start(s) or s.curvature != self.curvature:
+                return False  # evaluate the (new) start with the solver's curvature
         if self.base is None:
             if ok:
                 self._accept(s, 0.0)
             else:
                 self._restart_or_fail(s)
             return self.done
+        if self.reevaluate:
+            # The first pass of the Newton-type finish: same point, exact curvature.
+            self.reevaluate = False
+            self._accept(s, 0.0)
+            return self.done
         f0 = float(self.base.loss)
-        if ok and (not self.line_search or loss <= f0 + self.armijo * self.t * self.slope):
+        fixed_step = not self.line_search and not self.finishing
+        if ok and (fixed_step or loss <= f0 + self.armijo * self.t * self.slope):
             self._accept(s, self.t)
         elif (ok and loss <= f0 + 8 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
               and float(s.grad.norm()) < float(self.base.grad.norm())):
@@ -174,7 +244,8 @@ class StepFitter(Fitter):
             self.result.n_iter += 1
         self.n_rejected = 0
         grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
-        delta, dec = self.direction(s)
+        newton_like = self.exact or self.finishing
+        delta, dec = self.finish_direction(s) if self.finishing else self.direction(s)
         self.delta, self.decrement = delta, dec
         loss = float(s.loss)
         self.result.history.append({
@@ -183,13 +254,29 @@ class StepFitter(Fitter):
             "step_size": step, "passes": self.n_passes,
         })
         scale = max(1.0, abs(loss))
-        if grad_norm <= self.gtol:
-            return self._finish(True, f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}")
-        if dec is not None and dec / 2 <= self.tol * scale:
-            return self._finish(True, f"Newton decrement lambda^2/2 = {dec / 2:.3g} <= tol*max(1,|E|)")
-        if self.detect_separation and self._check_separation(s, delta, step):
-            return None
-        if self.result.n_iter >= self.max_iter:
+        if not newton_like:
+            # A first-order rule (not scale-invariant): end this phase, finish with
+            # Newton-type steps that verify the optimum.
+            if grad_norm <= self.gtol:
+                return self._begin_finish(f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}")
+            if dec is not None and dec / 2 <= self.tol * scale:
+                return self._begin_finish(f"quasi-Newton decrement {dec / 2:.3g} <= tol*max(1,|E|)")
+        elif not (self.finishing and step == 0):
+            # (The finish's first pass only re-evaluates the point: it always takes one
+            # Newton-type step, whose quadratic convergence then lands far inside tol.)
+            # Only the decrement certifies E - E* (a small gradient does not, along a
+            # nearly flat direction); a truncated CG solve underestimates it, so it
+            # counts only when CG met its residual target.
+            if dec is not None and dec / 2 <= self.tol * scale and self.solve_exact:
+                return self._finish(True, f"Newton decrement lambda^2/2 = {dec / 2:.3g} "
+                                          f"<= tol*max(1,|E|)")
+            if self.detect_separation and self._check_separation(s, delta, step):
+                return None
+        if self.finishing:
+            if self.result.n_iter - self.finish_from >= FINISH_MAX_STEPS:
+                return self._finish(False, f"{FINISH_MAX_STEPS} Newton-type finishing steps "
+                                           f"did not meet the decrement test", warn=True)
+        elif self.result.n_iter >= self.max_iter:
             return self._finish(False, f"max_iter={self.max_iter} reached (gradient norm "
                                        f"{grad_norm:.3g})", warn=True)
         self.slope = float(s.grad @ delta)
@@ -198,17 +285,61 @@ class StepFitter(Fitter):
             self._note("the search direction was not a descent direction; used -gradient")
             self.delta = -s.grad
             self.slope = -float(s.grad @ s.grad)
-        self.t = self.initial_step()
+        self.t = 1.0 if self.finishing else self.initial_step()
         self.theta = self.base_theta + self.t * self.delta
+
+    # -- Newton-type directions (every solver's finish; newton, irls, newton-cg) ----
+    def remove_shift(self, v: torch.Tensor) -> torch.Tensor:
+        """Project out the softmax shift directions (identity for other models)."""
+        return v if self.shift_columns is None else v - self.N @ v
+
+    def newton_step(self, s: PassSums, A: torch.Tensor):
+        """``A delta = -g`` on the equilibrated system (:func:`.linalg.newton_direction`),
+        minimum-norm along the softmax shift directions; returns ``(delta, g^T A^-1 g)``."""
+        if self.shift_columns is not None:
+            # N is a projector: (A + c N) has A's step on the orthogonal complement of
+            # the shift directions, with c of A's scale (equilibration does the rest).
+            A = A + A.diagonal().mean() * self.N
+        delta, note = newton_direction(A, s.grad)
+        self.solve_exact = True
+        if note is not None:
+            self._note(f"Hessian {note}")
+        return delta, float(-(s.grad @ delta))
+
+    def cg_step(self, s: PassSums, max_cg: int | None = None):
+        """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`)."""
+        x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg)
+        self.result.extra.setdefault("cg_iterations", []).append(n_cg)
+        x = self.remove_shift(x)
+        return x, float(-(s.grad @ x))
+
+    def finish_direction(self, s: PassSums):
+        """The Newton-type step of the finishing phase (exact Hessian or Newton-CG)."""
+        if s.hess is not None:
+            return self.newton_step(s, s.hess)
+        return self.cg_step(s)
+
+    def _begin_finish(self, reason: str) -> None:
+        """Switch to Newton-type steps, re-evaluating the accepted point with curvature."""
+        self.finishing = True
+        self.finish_from = self.result.n_iter
+        self.result.extra["first_order_stop"] = reason
+        self.reevaluate = True
+        self.theta = self.base_theta
+        self.prev_delta = None
+        self.sep_streak = 0
 
     def _reject(self, s: PassSums) -> None:
         self.n_rejected += 1
         f0 = float(self.base.loss)
         rounding = 10 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
+        newton_like = self.exact or self.finishing
         stalled = (s.n_invalid == 0 and -self.t * self.slope <= rounding
-                   and (self.decrement is not None or self.n_rejected >= 5))
-        if stalled and self.redirect():
-            return None
+                   and ((newton_like and self.decrement is not None) or self.n_rejected >= 5))
+        if stalled and not newton_like:
+            if self.redirect():
+                return None
+            return self._begin_finish("line search stalled below the rounding of E")
         if stalled:
             # The predicted decrease is below the rounding of E: no step can be verified
             # (at once for Newton-type steps, whose full step predicts it; first-order
@@ -222,6 +353,22 @@ class StepFitter(Fitter):
                                        f"({why})", warn=True)
         self.t *= 0.5
         self.theta = self.base_theta + self.t * self.delta
+
+    def _intercept_start(self, s: PassSums) -> bool:
+        """Move the all-zero start to the intercept-only fit ``b = g(ybar)`` (weighted
+        mean target; skipped with offsets, or where ``g(ybar)`` is not finite or not
+        in the link's domain, e.g. a single class). Returns whether it moved."""
+        if s.n_offset or not float(s.weight_sum) > 0:
+            return False
+        ybar = (s.y_sum / s.weight_sum).reshape(1)
+        b = self.model.family.link.link(ybar)
+        if not bool(torch.isfinite(b).all()) or not bool(self.model.family.valid_eta(b).all()):
+            return False
+        theta = torch.zeros_like(self.theta)
+        theta[-1] = b[0]
+        self.theta = theta
+        self.result.extra["start"] = "intercept-only"
+        return True
 
     def _restart_or_fail(self, s: PassSums) -> None:
         """The starting point is outside the link's domain: start from the
@@ -293,5 +440,9 @@ class StepFitter(Fitter):
                            hessian=None if base.hess is None else base.hess.detach())
         r.extra.update(passes=self.n_passes, dtype=str(self.dtype),
                        numerical_warnings=dict(self.notes))
+        if self.finishing:
+            r.extra["finish_steps"] = r.n_iter - self.finish_from
+            r.message = (f"{r.extra['first_order_stop']}; then {r.extra['finish_steps']} "
+                         f"Newton-type step(s): {message}")
         if warn:
             warnings.warn(f"{self.name}: {message}", ConvergenceWarning, stacklevel=4)

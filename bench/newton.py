@@ -12,6 +12,8 @@ own (unpenalized) problem and their objective gap on ours is reported.
     python bench/newton.py            # the sizes (several minutes on 2 cores)
     python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
     python bench/newton.py --threads 1   # one thread everywhere (a shared, loaded machine)
+    python bench/newton.py --methods torchglm --out /tmp/after.json   # torchglm only
+    PYTHONPATH=/path/to/old/checkout python bench/newton.py --methods torchglm --out /tmp/before.json
 
 Writes bench/results/newton.json and prints a table per problem with the ratio
 of each method's time to the fastest peer (a library other than torchglm).
@@ -204,11 +206,13 @@ def methods_for(kind, quick):
     return ms
 
 
-def run_problem(name, spec, quick, budget_s, repeats):
+def run_problem(name, spec, quick, budget_s, repeats, only=None):
     n = spec["n"] // 10 if quick else spec["n"]
     X, y = make_problem(spec["kind"], n, spec["d"], spec.get("K"))
     rows = {}
     methods = methods_for(spec["kind"], quick)
+    if only:
+        methods = {k: v for k, v in methods.items() if any(s in k for s in only)}
     # Warm-up on 500 rows: first-call costs (lazy imports, torch.func set-up) are not timed.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -262,6 +266,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="n / 10 on every problem")
     ap.add_argument("--problems", nargs="*", default=None, help="substrings of problem names to run")
+    ap.add_argument("--methods", nargs="*", default=None,
+                    help="substrings of method labels to run (e.g. torchglm: before/after runs)")
     ap.add_argument("--budget", type=float, default=30.0,
                     help="stop a method's tolerance ladder after a run this long (s)")
     ap.add_argument("--repeats", type=int, default=None,
@@ -278,12 +284,13 @@ def main():
         threadpool_limits(args.threads)
     out = dict(machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
                             torch=torch.__version__, threads=torch.get_num_threads(),
+                            torchglm=os.path.dirname(__import__("torchglm").__file__),
                             loadavg=os.getloadavg()),
                alpha=ALPHA, rel=REL, quick=args.quick, repeats=args.repeats, problems={})
     for name, spec in PROBLEMS.items():
         if args.problems and not any(p in name for p in args.problems):
             continue
-        res = run_problem(name, spec, args.quick, args.budget, args.repeats)
+        res = run_problem(name, spec, args.quick, args.budget, args.repeats, args.methods)
         out["problems"][name] = res
         print(f"\n{name} (n={res['n']}): best objective {res['best_objective']:.12g}")
         print(f"  {'method':34s} {'time s':>8s} {'iters':>6s} {'ratio':>7s}  note")

@@ -152,6 +152,10 @@ class StepFitter(Fitter):
                 self.shift_columns = cols
                 self.N = shift_null_projector(m, d, has_bias, cols, dtype=self.dtype,
                                               device=self.theta.device)
+                # Column j (d for the bias) of each flat parameter (k, j).
+                col = torch.arange(m * d, device=self.theta.device) % d
+                self.N_col = torch.cat([col, torch.full((m if has_bias else 0,), d,
+                                                        device=self.theta.device)])
         # From the all-zero start (the model's initialization), the first pass sums
         # only E, g and the mean target, and the fit starts from the intercept-only
         # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
@@ -297,9 +301,14 @@ class StepFitter(Fitter):
         """``A delta = -g`` on the equilibrated system (:func:`.linalg.newton_direction`),
         minimum-norm along the softmax shift directions; returns ``(delta, g^T A^-1 g)``."""
         if self.shift_columns is not None:
-            # N is a projector: (A + c N) has A's step on the orthogonal complement of
-            # the shift directions, with c of A's scale (equilibration does the rest).
-            A = A + A.diagonal().mean() * self.N
+            # N = sum_j u_j u_j^T over the shift directions u_j (one per column j):
+            # A + sum_j c_j u_j u_j^T has A's step on their orthogonal complement. c_j is
+            # the mean curvature of column j's entries, so the added block has that
+            # column's scale (a column scaled by 1e8 must not swamp the others).
+            h = A.diagonal().abs()
+            c = torch.zeros(int(self.N_col.max()) + 1, dtype=h.dtype, device=h.device)
+            c = c.index_add(0, self.N_col, h) / torch.bincount(self.N_col).to(h.dtype)
+            A = A + self.N * c[self.N_col].unsqueeze(1)
         delta, note = newton_direction(A, s.grad)
         self.solve_exact = True
         if note is not None:

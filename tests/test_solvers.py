@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch.func import grad
 
-from autograd_ref import flat_objective
+from autograd_ref import assert_verified_optimum, flat_objective
 from torchglm import ConvergenceWarning, InputError, NumericalWarning, SeparationWarning
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
@@ -109,6 +109,8 @@ def test_matches_statsmodels_binary(solver, model_cls, sm_cls):
     m = model_cls(3)
     r = fit(m, x, y, solver=solver, tol=1e-20, gtol=1e-12)
     assert r.converged
+    # A float32 model: its rounded parameters sit ~1e-7 off the float64 optimum.
+    assert_verified_optimum(m, x, y, r, tol=1e-9)
     ours = flat_parameters(m).numpy()
     np.testing.assert_allclose(ours, ref.params, rtol=1e-6)
 
@@ -177,6 +179,7 @@ def test_second_order_and_lbfgs_reach_the_stationary_point(family, link, solver)
         warnings.simplefilter("error", ConvergenceWarning)
         r = fit(m, x, y, solver=solver, tol=1e-20, gtol=1e-10)
     assert r.converged, r.message
+    assert_verified_optimum(m, x, y, r)
     # Quasi-Newton and CG steps may stop "at working precision" a little earlier.
     assert autograd_gradient(m, x, y).abs().max() < (1e-8 if solver in ("newton", "irls") else 1e-7)
     ref = GeneralizedLinearModel(3, family, link, n_classes=K, l2=1e-2, dtype=torch.float64)
@@ -190,6 +193,7 @@ def _first_order_case(family, link, solver, gtol=1e-8):
     m = GeneralizedLinearModel(3, family, link, **kw)
     r = fit(m, x, y, solver=solver, gtol=gtol, max_iter=20_000)
     assert r.converged, r.message
+    assert_verified_optimum(m, x, y, r)
     ref = GeneralizedLinearModel(3, family, link, **kw)
     fit(ref, x, y, solver="newton", tol=1e-20, gtol=1e-12)
     assert torch.allclose(m.predict_proba(x), ref.predict_proba(x), rtol=100 * gtol, atol=100 * gtol)

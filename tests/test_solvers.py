@@ -222,7 +222,7 @@ def test_sgd_like_fixed_step_gradient_descent():
     m, ref = LogisticRegression(2, l2=1e-2), LogisticRegression(2, l2=1e-2)
     r = fit(m, x, y, solver="gd", lr=1.0, gtol=1e-10)
     fit(ref, x, y, solver="newton", tol=1e-20)
-    own = r.history[1: len(r.history) - r.extra["finish_steps"] - 1]
+    own = r.history[1: len(r.history) - r.extra["finish_steps"] - 1]  # then the finish
     assert r.converged and len(own) > 100 and all(h["step_size"] == 1.0 for h in own)
     assert torch.allclose(flat_parameters(m), flat_parameters(ref), atol=1e-8)
 

@@ -21,9 +21,9 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    exact curvature: their own rule (``||g||_inf <= gtol``, the L-BFGS decrement,
    a stalled line search) only ends their own phase; the fit then **finishes
    with exact Newton-type steps** from that point (exact Hessian when
-   ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST``, Newton-CG otherwise), which verify
-   the optimum with an exact decrement, usually in one pass, and watch for
-   separation. So ``converged=True`` always means the decrement test held.
+   ``d~ K (K + 1) / 2 <= FINISH_FULL_MAX_COST``, Newton-CG otherwise): one pass
+   re-evaluates the point with exact curvature, and its decrement either verifies
+   the optimum at once or gives the first Newton step; separation is watched. So ``converged=True`` always means the decrement test held.
    Where ``E`` changes by less than its rounding error, a trial that lowers
    ``||g||`` is accepted instead; a rejected trial whose predicted decrease
    ``-t g^T delta`` is below that rounding ends the fit as converged "to
@@ -54,12 +54,16 @@ from .derivatives import (
 )
 from .linalg import cg_solve, newton_direction, shift_null_projector
 
-__all__ = ["StepFitter", "NEWTON_MAX_COST", "FINISH_MAX_STEPS"]
+__all__ = ["StepFitter", "NEWTON_MAX_COST", "FINISH_FULL_MAX_COST", "FINISH_MAX_STEPS"]
 
 #: Up to this many Hessian entries per sample (``d~ K (K + 1) / 2``) an exact Hessian
 #: pass is cheap next to the passes it saves; above it, Newton-CG (Hessian-vector
 #: products) finishes a first-order fit, and ``auto`` picks L-BFGS.
 NEWTON_MAX_COST = 32
+#: Up to this many Hessian entries per sample the Newton finish of a first-order fit uses
+#: the exact Hessian (one pass and a Cholesky solve; at d~ = 51 a Hessian pass costs about
+#: what a curvature pass for Hessian-vector products does), Newton-CG above it.
+FINISH_FULL_MAX_COST = 128
 #: Newton-type steps a first-order fit may take to finish after its own rule stopped.
 FINISH_MAX_STEPS = 100
 
@@ -135,7 +139,7 @@ class StepFitter(Fitter):
         self.sep_streak = 0
         self.prev_delta: torch.Tensor | None = None
         self.finishing = False
-        self.finish_curvature = "full" if hessian_cost(model) <= NEWTON_MAX_COST else "hvp"
+        self.finish_curvature = "full" if hessian_cost(model) <= FINISH_FULL_MAX_COST else "hvp"
         self.finish_from = 0
         self.reevaluate = False
         #: whether the last Newton-type direction solved its system to its target.
@@ -265,9 +269,7 @@ class StepFitter(Fitter):
                 return self._begin_finish(f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}")
             if dec is not None and dec / 2 <= self.tol * scale:
                 return self._begin_finish(f"quasi-Newton decrement {dec / 2:.3g} <= tol*max(1,|E|)")
-        elif not (self.finishing and step == 0):
-            # (The finish's first pass only re-evaluates the point: it always takes one
-            # Newton-type step, whose quadratic convergence then lands far inside tol.)
+        else:
             # Only the decrement certifies E - E* (a small gradient does not, along a
             # nearly flat direction); a truncated CG solve underestimates it, so it
             # counts only when CG met its residual target.

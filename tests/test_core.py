@@ -69,6 +69,7 @@ def _randomize(model, seed=1):
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(torch.randn(p.shape, generator=g))
+    model.mark_fitted()  # hand-set parameters: predict_proba refuses unfitted models
     return model
 
 
@@ -119,6 +120,7 @@ def test_softmax_rows_sum_to_one_and_two_class_equals_logistic():
     with torch.no_grad():
         lr.linear.weight.copy_(s.linear.weight[1:] - s.linear.weight[:1])
         lr.linear.bias.copy_(s.linear.bias[1:] - s.linear.bias[:1])
+    lr.mark_fitted()
     assert torch.allclose(lr.predict_proba(x), p[:, 1], atol=1e-12)
     assert torch.allclose(lr.loss(x, t), s.loss(x, t), atol=1e-12)
     assert torch.equal(lr.predict(x), s.predict(x))

@@ -41,6 +41,7 @@ def _model_with_weights(w, b):
     with torch.no_grad():
         m.linear.weight.copy_(torch.tensor([w]))
         m.linear.bias.fill_(b)
+    m.mark_fitted()
     return m
 
 
@@ -84,11 +85,13 @@ def test_decision_regions_binary_with_basis_and_multiclass(tmp_path):
     m = LogisticRegression(5)
     with torch.no_grad():
         m.linear.weight.copy_(torch.linspace(-2, 2, 5)[None])
+    m.mark_fitted()
     _assert_png_has_content(save_figure(decision_regions(m, x, y, basis=rbf, resolution=40),
                                         tmp_path / "binary.png"))
     s = SoftmaxRegression(2, 3)
     with torch.no_grad():
         s.linear.weight.copy_(torch.tensor([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]]))
+    s.mark_fitted()
     y3 = torch.arange(80) % 3
     _assert_png_has_content(save_figure(decision_regions(s, x, y3, resolution=40),
                                         tmp_path / "three.png"))

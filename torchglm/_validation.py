@@ -12,6 +12,7 @@ bring back a single boolean.
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
@@ -27,7 +28,11 @@ __all__ = [
     "check_finite",
     "check_same_length",
     "check_weight",
+    "check_offset",
+    "check_magnitude",
+    "check_classes",
     "check_positive",
+    "as_tensor",
 ]
 
 
@@ -104,15 +109,95 @@ def check_same_length(names: Sequence[str], *tensors: torch.Tensor) -> None:
         raise fail("/".join(names), "the same number of samples", pairs)
 
 
+def as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor | None:
+    """``value`` as a tensor: ``None`` and tensors pass unchanged; array-likes (lists,
+    NumPy arrays) are converted with ``torch.as_tensor`` in ``like``'s dtype and device.
+
+    Raises:
+        InputError: if ``value`` cannot be converted.
+    """
+    if value is None or isinstance(value, torch.Tensor):
+        return value
+    try:
+        return torch.as_tensor(value, dtype=like.dtype, device=like.device)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise fail(name, "a tensor or an array-like of numbers", f"{type(value).__name__} ({err})") from None
+
+
 def check_weight(weight: torch.Tensor | None, n: int) -> None:
-    """Check sample weights: 1-D, length ``n``, finite and non-negative."""
+    """Check sample weights: 1-D, length ``n``, finite, non-negative, positive total.
+
+    An all-zero weight vector leaves the weighted mean objective ``0 / 0``."""
     if weight is None:
         return
+    if not isinstance(weight, torch.Tensor):
+        raise fail("weight", "a torch.Tensor", type(weight).__name__)
     if weight.dim() != 1 or weight.shape[0] != n:
         raise fail("weight", f"a 1-D tensor of length {n}", f"shape {tuple(weight.shape)}")
     check_finite("weight", weight)
     if bool((weight < 0).any()):
         raise fail("weight", "non-negative sample weights", f"min {float(weight.min())}")
+    if not bool(weight.sum() > 0):
+        raise fail("weight", "a positive total weight (some sample with weight > 0)", "all weights 0")
+
+
+def check_offset(offset: torch.Tensor | None, n: int) -> None:
+    """Check an offset (a known term added to eta): 1-D, length ``n``, finite."""
+    if offset is None:
+        return
+    if not isinstance(offset, torch.Tensor):
+        raise fail("offset", "a torch.Tensor", type(offset).__name__)
+    if offset.shape != (n,):
+        raise fail("offset", f"a 1-D tensor of length {n}", f"shape {tuple(offset.shape)}")
+    check_finite("offset", offset)
+
+
+def check_magnitude(name: str, t: torch.Tensor) -> None:
+    """Check that sums of squares of ``t`` cannot overflow its dtype.
+
+    A fit forms ``sum_i x_ij x_ik`` (Hessian, Gram matrix) and ``sum_i y_i^2``
+    (Gaussian NLL, deviance, Pearson X^2): with ``n`` rows every such sum stays
+    below ``finfo.max`` when ``max |t| <= sqrt(finfo.max / n)``. Beyond it the fit
+    would return garbage (an overflowed Hessian, a zero step reported as
+    converged), so the values must be rescaled.
+
+    Raises:
+        InputError: naming the largest magnitude and the bound.
+    """
+    if not t.is_floating_point() or t.numel() == 0:
+        return
+    values = t
+    if t.layout == torch.sparse_coo:
+        values = t.coalesce().values()
+    elif t.layout != torch.strided:
+        values = t.values()
+    if values.numel() == 0:
+        return
+    bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))
+    largest = float(values.abs().max())
+    if largest > bound:
+        raise fail(
+            name,
+            f"|values| <= sqrt(finfo({str(t.dtype).replace('torch.', '')}).max / n_samples) = {bound:.3g} "
+            "so that sums of squares cannot overflow (rescale the data)",
+            f"max |{name}| = {largest:.3g}",
+        )
+
+
+def check_classes(name: str, y: torch.Tensor, weight: torch.Tensor | None = None) -> None:
+    """Check that class labels hold at least two classes (among rows of positive weight).
+
+    With one class the unpenalized MLE does not exist (the intercept runs to
+    +-inf); like scikit-learn's classifiers this is an error, not a fit.
+
+    Raises:
+        InputError: naming the single class present.
+    """
+    labels = y if weight is None else y[weight > 0]
+    present = torch.unique(labels)
+    if present.numel() < 2:
+        raise fail(name, "at least two classes",
+                   f"a single class {int(present[0])}" if present.numel() else "no labels")
 
 
 def check_positive(name: str, value: float, allow_zero: bool = False) -> None:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
 
 import torch
 from scipy import stats
 
-from ._validation import fail
+from ._validation import as_tensor, fail
 from .data.batches import Batch, TensorBatches
 from .solvers.base import FitResult, all_reduce_sum
 from .solvers.derivatives import eta_derivatives, flat_parameters, hessian_and_gradient
@@ -480,6 +481,8 @@ def glm_results(
     if (batches is None) == (x is None):
         raise fail("x/batches", "either x and y or batches", "both" if x is not None else "neither")
     if batches is None:
+        if isinstance(x, torch.Tensor):
+            weight, offset = as_tensor("weight", weight, x), as_tensor("offset", offset, x)
         x, y = model.check_data(x, y, weight, offset)
         batches = TensorBatches(x, y, weight, offset)
     if information is None:
@@ -507,7 +510,7 @@ def glm_results(
     df_model = rank - fs.n_constants
     df_resid = fs.nobs - rank
     if fs.scale_from_pearson:
-        scale = fs.pearson / df_resid
+        scale = _pearson_scale(fs.pearson, df_resid)
         llf_scale = fs.pearson / fs.nobs if fs.concentrated else scale
         fs = fs._replace(scale=scale, llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
                          llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)))
@@ -543,6 +546,9 @@ def glm_results(
         )
     elif diverging:
         notes.append(f"the solver reported separation: coefficients {diverging} diverge")
+    if df_resid <= 0:
+        notes.append(f"no residual degrees of freedom (nobs {fs.nobs:g} <= rank {rank}): "
+                     "the dispersion, and with it every standard error, is undefined")
     if fit_result is not None and not fit_result.converged:
         notes.append(f"the solver did not converge: {fit_result.message}")
 
@@ -579,6 +585,17 @@ def glm_results(
         alpha=alpha,
         notes=notes,
     )
+
+
+def _pearson_scale(pearson: float, df_resid: float) -> float:
+    """``phi = X^2 / df_resid``; with ``df_resid <= 0`` it is undefined: like
+    statsmodels (a division warning, then ``inf`` or ``nan``) return ``X^2 / 0``'s
+    IEEE value, ``inf`` (``nan`` for a perfect fit), and warn."""
+    if df_resid > 0:
+        return pearson / df_resid
+    warnings.warn(f"df_resid = {df_resid:g}: no residual degrees of freedom, the dispersion "
+                  "(scale) is undefined; standard errors and tests are inf/nan", RuntimeWarning, stacklevel=3)
+    return math.inf if pearson > 0 else math.nan
 
 
 class _FitStats(NamedTuple):

@@ -146,7 +146,7 @@ def validation_curve(model, train, val, lambdas=None, bias_variance: float | Non
     """
     check_model(model)
     grid = _check_grid(default_lambdas() if lambdas is None else lambdas)
-    x_val, y_val = model.check_data(val[0], val[1])
+    x_val, y_val = model.check_data(val[0], val[1], fitting=False)
     work = copy.deepcopy(model)
     nll, acc = [], []
     for lam in grid:

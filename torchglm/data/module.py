@@ -15,7 +15,13 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from .._validation import check_finite, check_positive, check_weight, fail
+from .._validation import (
+    check_classes,
+    check_finite,
+    check_positive,
+    check_weight,
+    fail,
+)
 from .batches import TensorBatches
 from .datasets import load_dataset
 from .files import read_table
@@ -223,9 +229,7 @@ class GLMDataModule(pl.LightningDataModule):
                 classes = ", ".join(map(str, range(n_classes))) if n_classes <= 4 else f"0, ..., {n_classes - 1}"
                 raise fail(f"y ({split} split)", f"labels in the declared classes {{{classes}}}",
                            f"label {int(y[bad][0])}")
-        present = torch.unique(self._splits["train"][1])
-        if present.numel() < 2:
-            raise fail("y (train split)", "at least two classes", f"a single class {int(present[0])}")
+        check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0])
         self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
         self.task, self.n_classes = "classification", n_classes
 

@@ -20,7 +20,11 @@ from torch import nn
 
 from ._fitted import FittedFlag
 from .._validation import (
+    as_tensor,
+    check_classes,
     check_features,
+    check_magnitude,
+    check_offset,
     check_positive,
     check_same_length,
     check_weight,
@@ -104,13 +108,48 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
             eta = eta + offset
         return eta
 
+    def _check_predict(
+        self, x: torch.Tensor, offset: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Validate prediction inputs like :meth:`check_data` and cast them to the
+        parameters' dtype and device."""
+        self.check_fitted()
+        check_features("X", x, self.n_features)
+        offset = as_tensor("offset", offset, x)
+        check_offset(offset, x.shape[0])
+        p = self.linear.weight
+        x = x.to(device=p.device, dtype=p.dtype)
+        if offset is not None:
+            offset = offset.to(device=p.device, dtype=p.dtype)
+        return x, offset
+
+    @torch.no_grad()
     def predict_proba(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
         """The mean ``mu = g^{-1}(eta)``: p(C_1|x) of shape (n,) for binary models,
-        class probabilities (n, K) for softmax, E[y|x] for regression families."""
+        class probabilities (n, K) for softmax, E[y|x] for regression families.
+
+        The validated user API: :meth:`forward` (and ``family.mean``) is the
+        unchecked path for code that needs gradients or predicts mid-fit.
+
+        Args:
+            x: features (n_samples, n_features); cast to the model's dtype and device.
+            offset: optional known term added to eta, shape (n_samples,).
+
+        Returns:
+            A detached tensor in the model's dtype.
+
+        Raises:
+            NotFittedError: before the first fit.
+            InputError: a wrong shape or feature count, non-finite values.
+        """
+        x, offset = self._check_predict(x, offset)
         return self.family.mean(self(x, offset))
 
+    @torch.no_grad()
     def predict(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
-        """Labels (classifiers) or the predicted mean (regression families)."""
+        """Labels (classifiers) or the predicted mean (regression families); checked
+        like :meth:`predict_proba`."""
+        x, offset = self._check_predict(x, offset)
         return self.family.predict(self(x, offset))
 
     # -- objective ----------------------------------------------------------
@@ -142,20 +181,39 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         y: torch.Tensor,
         weight: torch.Tensor | None = None,
         offset: torch.Tensor | None = None,
+        *,
+        fitting: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Validate a design matrix and targets against this model; return ``(x, y)``
-        with ``y`` in the dtype the family expects."""
+        with ``y`` in the dtype the family expects.
+
+        Args:
+            x, y, weight, offset: as in :meth:`loss` (tensors; :meth:`fit` and
+                :meth:`loss` convert array-like weights and offsets first).
+            fitting: the data are to be fitted: a classifier then needs at least
+                two classes among the rows of positive weight (scikit-learn's rule;
+                with one class the MLE has an infinite intercept). ``False`` for
+                data that are only scored.
+
+        Raises:
+            InputError: wrong shapes, non-finite values, targets outside the
+                family's support, an all-zero weight vector, a single class, or
+                values so large that sums of squares overflow
+                (``max |x| > sqrt(finfo.max / n_samples)``: rescale them).
+        """
         check_features("X", x, self.n_features)
         if not isinstance(y, torch.Tensor):
             raise fail("y", "a torch.Tensor", type(y).__name__)
         check_same_length(["X", "y"], x, y)
         check_weight(weight, x.shape[0])
-        if offset is not None:
-            if offset.shape != (x.shape[0],):
-                raise fail("offset", f"a 1-D tensor of length {x.shape[0]}", tuple(offset.shape))
+        check_offset(offset, x.shape[0])
+        check_magnitude("X", x)
         y = self.family.check_target(y, self.n_classes)
         if y.is_floating_point():
             y = y.to(x.dtype)
+            check_magnitude("y", y)
+        if fitting and self.family.is_classifier:
+            check_classes("y", y, weight)
         return x, y
 
     def loss(
@@ -176,7 +234,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         Raises:
             InputError: on wrong shapes, non-finite values or invalid targets.
         """
-        x, y = self.check_data(x, y, weight, offset)
+        weight, offset = self._as_tensors(x, weight, offset)
+        x, y = self.check_data(x, y, weight, offset, fitting=False)
         return self.objective(x, y, weight, offset)
 
     # -- fitting --------------------------------------------------------------
@@ -189,11 +248,26 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         return _make_fitter(self, solver, **options)
 
     def fit(self, x, y, weight=None, offset=None, solver: str = "auto", **options):
-        """Fit in place without a Trainer; see :func:`torchglm.solvers.fit`."""
+        """Fit in place without a Trainer; see :func:`torchglm.solvers.fit`.
+
+        ``weight`` and ``offset`` may be array-likes (converted to ``x``'s dtype).
+
+        Raises:
+            InputError: invalid data (see :meth:`check_data`), among them class
+                labels holding a single class (named in the message), as in
+                scikit-learn: the unpenalized intercept would diverge.
+        """
         from ..solvers import fit as _fit
 
+        weight, offset = self._as_tensors(x, weight, offset)
         return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
 
+    @staticmethod
+    def _as_tensors(x, weight, offset):
+        """Array-like weights and offsets as tensors like ``x`` (checked later)."""
+        if not isinstance(x, torch.Tensor):
+            return weight, offset  # check_features reports x itself
+        return as_tensor("weight", weight, x), as_tensor("offset", offset, x)
 
     def extra_repr(self) -> str:
         return f"family={self.family!r}, n_classes={self.n_classes}, l2={self.l2}"

@@ -208,6 +208,11 @@ class GLMTask(pl.LightningModule):
             self.build(self.trainer.datamodule)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # A checkpoint holds trained weights (the best epoch's is saved before
+        # on_train_end marks the model fitted): loaded, it predicts.
+        flag = checkpoint["state_dict"].get("model._fitted")
+        if flag is not None:
+            checkpoint["state_dict"]["model._fitted"] = torch.ones_like(flag)
         checkpoint["torchglm"] = {
             "n_features_in": int(self.feature_mean.shape[0]),
             "n_features": self.n_model_features,

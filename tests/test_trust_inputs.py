@@ -1,0 +1,244 @@
+"""The GLM's boundary: validated prediction and bad input rejected with the one
+message template.
+
+References: scikit-learn's rules (NotFittedError before fit, ValueError for a single
+class) and statsmodels' GLM (scale = inf with no residual degrees of freedom).
+"""
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import statsmodels.api as sm
+import torch
+
+from torchglm import InputError, LogisticRegression, ProbitRegression, SoftmaxRegression
+from torchglm._validation import NotFittedError
+from torchglm.data.module import GLMDataModule
+from torchglm.inference import fit_glm
+from torchglm.models import GeneralizedLinearModel
+
+
+def _data(n=60, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g)
+    y = (x[:, 0] + 0.5 * torch.randn(n, generator=g) > 0).long()
+    return x, y
+
+
+def _fitted(cls=LogisticRegression, dtype=torch.float64):
+    x, y = _data()
+    m = (
+        cls(3, l2=1e-2, dtype=dtype)
+        if cls is not SoftmaxRegression
+        else cls(3, 2, l2=1e-2, dtype=dtype)
+    )
+    m.fit(x.to(dtype), y)
+    return m
+
+
+# -- 5. the predict path -------------------------------------------------------------
+MODELS = [
+    lambda: LogisticRegression(3),
+    lambda: ProbitRegression(3),
+    lambda: SoftmaxRegression(3, 4),
+    lambda: GeneralizedLinearModel(3, "poisson"),
+]
+
+
+@pytest.mark.parametrize("make", MODELS)
+@pytest.mark.parametrize("method", ["predict_proba", "predict"])
+def test_unfitted_model_refuses_to_predict(make, method):
+    with pytest.raises(NotFittedError, match="not fitted"):
+        getattr(make(), method)(torch.zeros(2, 3))
+
+
+@pytest.mark.parametrize("method", ["predict_proba", "predict"])
+@pytest.mark.parametrize(
+    "x, match",
+    [
+        (
+            torch.tensor([[float("nan"), 0.0, 0.0]]),
+            r"X: expected finite values .*\(1 NaN, 0 inf\)",
+        ),
+        (
+            torch.tensor([[0.0, float("inf"), 0.0]]),
+            r"X: expected finite values .*\(0 NaN, 1 inf\)",
+        ),
+        (torch.zeros(2, 4), "X: expected 3 feature columns, got 4"),
+        (torch.zeros(3), "X: expected a 2-D tensor"),
+        (torch.zeros(2, 3, dtype=torch.long), "X: expected a floating-point tensor"),
+        (np.zeros((2, 3)), "X: expected a torch.Tensor, got ndarray"),
+    ],
+)
+def test_predict_validates_like_fit(method, x, match):
+    with pytest.raises(InputError, match=match):
+        getattr(_fitted(), method)(x)
+
+
+@pytest.mark.parametrize(
+    "offset, match",
+    [
+        (torch.tensor([0.0, float("nan")]), "offset: expected finite values"),
+        (
+            torch.zeros(3),
+            r"offset: expected a 1-D tensor of length 2, got shape \(3,\)",
+        ),
+    ],
+)
+def test_predict_validates_the_offset(offset, match):
+    with pytest.raises(InputError, match=match):
+        _fitted().predict_proba(torch.zeros(2, 3), offset)
+
+
+def test_predict_casts_to_the_models_dtype_and_returns_detached_tensors():
+    m32 = _fitted(dtype=torch.float32)
+    x, _ = _data()
+    off = torch.linspace(-1, 1, x.shape[0], dtype=torch.float64)
+    with torch.enable_grad():
+        p = m32.predict_proba(x, off.tolist())  # float64 features, list offset
+    assert p.dtype == torch.float32 and not p.requires_grad
+    expected = torch.sigmoid(m32(x.float(), off.float())).detach()
+    torch.testing.assert_close(p, expected, rtol=0, atol=0)
+    assert torch.equal(m32.predict(x, off), (expected > 0.5).long())
+    assert m32(
+        x.float()
+    ).requires_grad  # forward stays the raw, differentiable hot path
+
+
+def test_a_loaded_state_dict_predicts():
+    m = _fitted()
+    clone = LogisticRegression(3, dtype=torch.float64)
+    clone.load_state_dict(m.state_dict())
+    torch.testing.assert_close(
+        clone.predict_proba(torch.ones(2, 3)), m.predict_proba(torch.ones(2, 3))
+    )
+
+
+# -- 6. bad input at the boundary -------------------------------------------------------
+def test_all_zero_weights_are_rejected():
+    x, y = _data()
+    for call in (
+        lambda m: m.fit(x, y, weight=torch.zeros(60)),
+        lambda m: m.loss(x, y, torch.zeros(60)),
+    ):
+        with pytest.raises(
+            InputError, match="weight: expected a positive total weight"
+        ):
+            call(LogisticRegression(3))
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_offsets_are_rejected(bad):
+    x, y = _data()
+    off = torch.zeros(60)
+    off[7] = bad
+    for call in (lambda m: m.fit(x, y, offset=off), lambda m: m.loss(x, y, offset=off)):
+        with pytest.raises(
+            InputError, match=r"offset: expected finite values .* first at index \(7,\)"
+        ):
+            call(LogisticRegression(3))
+
+
+def test_array_like_weights_and_offsets_equal_tensors():
+    x, y = _data()
+    w = torch.linspace(0.5, 2.0, 60)
+    off = torch.linspace(-0.5, 0.5, 60)
+    ref = LogisticRegression(3)
+    ref.fit(x, y, weight=w, offset=off)
+    for wa, oa in ((w.tolist(), off.tolist()), (w.numpy(), off.numpy())):
+        m = LogisticRegression(3)
+        m.fit(x, y, weight=wa, offset=oa)
+        torch.testing.assert_close(m.linear.weight, ref.linear.weight, rtol=0, atol=0)
+        torch.testing.assert_close(m.loss(x, y, wa, oa), ref.loss(x, y, w, off))
+    with pytest.raises(
+        InputError,
+        match="weight: expected a tensor or an array-like of numbers, got list",
+    ):
+        LogisticRegression(3).fit(x, y, weight=["a"] * 60)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_features_whose_squares_overflow_are_rejected(dtype):
+    x, y = _data()
+    x = x.to(dtype)
+    bound = math.sqrt(torch.finfo(dtype).max / x.shape[0])
+    one = x.clone()
+    one[3, 1] = 1e308 if dtype == torch.float64 else 1e38
+    for bad in (one, x * (1e307 if dtype == torch.float64 else 1e37)):
+        with pytest.raises(
+            InputError, match=r"X: expected \|values\| <= sqrt\(finfo.*rescale the data"
+        ):
+            LogisticRegression(3, dtype=dtype).fit(bad, y)
+    ok = x / x.abs().max() * 0.5 * bound  # just inside the bound: accepted
+    LogisticRegression(3, dtype=dtype).check_data(ok, y)
+
+
+def test_regression_targets_whose_squares_overflow_are_rejected():
+    x, _ = _data()
+    y = torch.randn(60, generator=torch.Generator().manual_seed(1))
+    y[0] = 1e200
+    with pytest.raises(
+        InputError, match=r"y: expected \|values\| <= .* got max \|y\| = 1e\+200"
+    ):
+        GeneralizedLinearModel(3, "gaussian").fit(x, y)
+
+
+def test_fit_glm_without_residual_degrees_of_freedom_matches_statsmodels():
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(3, 2, generator=g), torch.randn(3, generator=g)
+    with pytest.warns(RuntimeWarning, match="no residual degrees of freedom"):
+        res = fit_glm(GeneralizedLinearModel(2, "gaussian"), x, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy(), prepend=False)).fit()
+    assert res.df_resid == ref.df_resid == 0
+    assert res.scale == ref.scale == math.inf  # X^2 ~ 1e-30 > 0 over 0 rows of freedom
+    assert bool(torch.isinf(res.bse).all()) and np.isinf(ref.bse).all()
+    assert any("no residual degrees of freedom" in n for n in res.notes)
+    # Families without a dispersion keep scale = 1 (statsmodels too).
+    yp = torch.tensor([1.0, 3.0, 0.0])
+    assert fit_glm(GeneralizedLinearModel(2, "poisson"), x, yp).scale == 1.0
+
+
+@pytest.mark.parametrize(
+    "make, y, present",
+    [
+        (lambda: LogisticRegression(3), torch.zeros(60, dtype=torch.long), 0),
+        (lambda: ProbitRegression(3), torch.ones(60, dtype=torch.long), 1),
+        (lambda: SoftmaxRegression(3, 4), torch.full((60,), 2), 2),
+    ],
+)
+def test_single_class_data_are_rejected_naming_the_class(make, y, present):
+    x, _ = _data()
+    with pytest.raises(
+        ValueError,
+        match=f"y: expected at least two classes, got a single class {present}",
+    ):
+        make().fit(x, y)
+    make().loss(x, y)  # scoring one class is fine; only fitting needs two
+
+
+def test_single_class_among_positive_weights_is_rejected():
+    x, y = _data()
+    with pytest.raises(InputError, match="a single class 1"):
+        LogisticRegression(3).fit(x, y, weight=y.double())
+
+
+def test_the_cli_data_module_uses_the_same_class_rule(tmp_path):
+    x, _ = _data()
+    path = tmp_path / "one.csv"
+    np.savetxt(
+        path,
+        np.column_stack([x.numpy(), np.ones(60)]),
+        delimiter=",",
+        header="a,b,c,y",
+        comments="",
+    )
+    dm = GLMDataModule(str(path), target="y", task="classification")
+    with pytest.raises(
+        InputError,
+        match=r"y \(train split\): expected at least two classes, got a single class 1",
+    ):
+        dm.setup()

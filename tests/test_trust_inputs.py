@@ -1,13 +1,15 @@
-"""The GLM's boundary: validated prediction and bad input rejected with the one
-message template.
+"""The GLM's boundary: validated prediction, bad input rejected with the one message
+template, and the links' likelihoods and derivatives at extreme eta.
 
 References: scikit-learn's rules (NotFittedError before fit, ValueError for a single
-class) and statsmodels' GLM (scale = inf with no residual degrees of freedom).
+class), statsmodels' GLM (scale = inf with no residual degrees of freedom), and
+mpmath at 60 digits for every (family, link) pair's NLL and its derivatives.
 """
 
 import math
 import warnings
 
+import mpmath as mp
 import numpy as np
 import pytest
 import statsmodels.api as sm
@@ -16,8 +18,11 @@ import torch
 from torchglm import InputError, LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm._validation import NotFittedError
 from torchglm.data.module import GLMDataModule
+from torchglm.families import FAMILIES, get_family
 from torchglm.inference import fit_glm
+from torchglm.links import LINKS
 from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers.derivatives import eta_derivatives
 
 
 def _data(n=60, d=3, seed=0):
@@ -242,3 +247,184 @@ def test_the_cli_data_module_uses_the_same_class_rule(tmp_path):
         match=r"y \(train split\): expected at least two classes, got a single class 1",
     ):
         dm.setup()
+
+
+# -- 7. every (family, link) at extreme eta, against mpmath ------------------------------
+mp.mp.dps = 60
+_SQRT2 = mp.sqrt(2)
+ETAS = [
+    -1e4,
+    -50,
+    -37.5,
+    -20.0001,
+    -19.9999,
+    -10,
+    -1,
+    -0.367,
+    -0.366,
+    0,
+    0.5,
+    3,
+    6.999,
+    7.001,
+    10,
+    50,
+    700,
+    1e4,
+]
+TARGETS = {
+    "gaussian": [0.5],
+    "bernoulli": [0, 1],
+    "binomial": [0.0, 0.3, 1.0],
+    "poisson": [0.0, 3.0],
+    "gamma": [1.5],
+    "exponential": [1.5],
+    "categorical": [0, 1],
+}
+
+_MU = {
+    "identity": lambda e: e,
+    "logit": lambda e: 1 / (1 + mp.exp(-e)),
+    "probit": lambda e: mp.erfc(-e / _SQRT2) / 2,
+    "cloglog": lambda e: -mp.expm1(-mp.exp(e)),
+    "log": mp.exp,
+    "inverse": lambda e: 1 / e,
+    "negative_reciprocal": lambda e: -1 / e,
+}
+
+
+def _cloglog_log_mu(e):
+    # log(1 - e^{-e^eta}); beyond eta = 100 it is -e^{-e^eta}, below 10^(-10^43) and 0 in
+    # any float (mp.diff would spend a minute on the 60-digit zero).
+    return mp.log(-mp.expm1(-mp.exp(e))) if e < 100 else mp.mpf(0)
+
+
+_LOG_MU = {
+    "logit": lambda e: -mp.log1p(mp.exp(-e)),
+    "probit": lambda e: mp.log(mp.erfc(-e / _SQRT2) / 2),
+    "cloglog": _cloglog_log_mu,
+    "log": lambda e: e,
+    "inverse": lambda e: -mp.log(e),
+    "negative_reciprocal": lambda e: -mp.log(-e),
+    "identity": mp.log,
+}
+_LOG_1M_MU = {
+    "logit": lambda e: -mp.log1p(mp.exp(e)),
+    "probit": lambda e: mp.log(mp.erfc(e / _SQRT2) / 2),
+    "cloglog": lambda e: -mp.exp(e),
+    "log": lambda e: mp.log(-mp.expm1(e)),
+}
+
+
+def _nll_mp(family, link, y, e):
+    """-log p(y | eta) in 60-digit arithmetic (the families' formulas at phi = 1)."""
+    if family == "gaussian":
+        return (y - _MU[link](e)) ** 2 / 2 + mp.log(2 * mp.pi) / 2
+    if family in ("bernoulli", "binomial"):  # 0 log 0 = 0
+        return -(
+            (y * _LOG_MU[link](e) if y > 0 else 0)
+            + ((1 - y) * _LOG_1M_MU[link](e) if y < 1 else 0)
+        )
+    if family == "poisson":
+        return _MU[link](e) - y * _LOG_MU[link](e) + mp.loggamma(y + 1)
+    if family in ("gamma", "exponential"):
+        return _LOG_MU[link](e) + y / _MU[link](e)
+    return mp.log(mp.exp(e) + 1) - (e if y == 0 else 0)  # categorical, eta row (e, 0)
+
+
+def _in_domain(family, link, e):
+    if link == "inverse" or (link == "identity" and family in ("poisson", "gamma")):
+        return e > 0
+    if link == "negative_reciprocal" or (family == "binomial" and link == "log"):
+        return e < 0
+    return True
+
+
+PAIRS = [(f, link) for f, cls in FAMILIES.items() for link in cls.allowed_links]
+
+
+def test_every_link_is_covered():
+    assert {link for _, link in PAIRS} == set(LINKS)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("family, link", PAIRS)
+def test_nll_and_eta_derivatives_at_extreme_eta_match_mpmath(family, link, dtype):
+    """nll, d1, d2 finite and within rtol (1e-10 float64, 1e-5 float32) plus one ulp of 1
+    of the 60-digit values wherever those are finite in ``dtype``; never NaN."""
+    fam = get_family(family, link)
+    fi = torch.finfo(dtype)
+    rtol = 1e-10 if dtype == torch.float64 else 1e-5
+    for y in TARGETS[family]:
+        etas = [e for e in ETAS if _in_domain(family, link, e)]
+        if family == "categorical":
+            eta = torch.tensor([[e, 0.0] for e in etas], dtype=dtype)
+            yt = torch.full((len(etas),), y)
+        else:
+            eta = torch.tensor(etas, dtype=dtype)
+            yt = torch.full((len(etas),), y, dtype=None if fam.is_classifier else dtype)
+            yt = yt.long() if fam.is_classifier else yt
+        nll, d1, d2 = eta_derivatives(fam, eta, yt)
+        ours = [nll, d1.reshape(len(etas), -1)[:, 0], d2.reshape(len(etas), -1)[:, 0]]
+        assert not bool(torch.isnan(nll).any()), (y, nll)
+
+        def f(t, y=y):
+            return _nll_mp(family, link, y, t)
+
+        for i, e in enumerate(etas):
+            ref = [f(mp.mpf(e)), mp.diff(f, mp.mpf(e), 1), mp.diff(f, mp.mpf(e), 2)]
+            for name, got, r in zip(("nll", "d1", "d2"), ours, ref):
+                if abs(r) >= fi.max:
+                    continue
+                r, g = float(r), float(got[i])
+                assert math.isfinite(g) and abs(g - r) <= rtol * abs(r) + fi.eps, (
+                    name,
+                    y,
+                    e,
+                    g,
+                    r,
+                )
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_probit_mills_ratio_at_minus_1e4(dtype):
+    """The defect: float32 d1 was -64,930 (true -10,000.0001) and d2 3.6e9 (true 1 - 1e-8)."""
+    fam = get_family("bernoulli", "probit")
+    _, d1, d2 = eta_derivatives(
+        fam, torch.tensor([-1e4, 1e4], dtype=dtype), torch.tensor([1, 0])
+    )
+    rtol = 1e-6 if dtype == torch.float32 else 1e-14
+    torch.testing.assert_close(
+        d1, torch.tensor([-1e4 - 1e-4, 1e4 + 1e-4], dtype=dtype), rtol=rtol, atol=0
+    )
+    torch.testing.assert_close(
+        d2, torch.tensor([1 - 1e-8, 1 - 1e-8], dtype=dtype), rtol=rtol, atol=0
+    )
+
+
+@pytest.mark.filterwarnings(
+    "ignore:There is a performance drop"
+)  # vmap's fallback for log_ndtr
+def test_probit_derivatives_work_under_plain_autograd_and_vmap():
+    link = LINKS["probit"]()
+    eta = torch.tensor([-1e4, -30.0, -1.0, 0.0, 2.0], requires_grad=True)
+    (d1,) = torch.autograd.grad(link.log_inverse(eta).sum(), eta, create_graph=True)
+    (d2,) = torch.autograd.grad(d1.sum(), eta)
+    e = eta.detach()
+    r = torch.exp(
+        torch.distributions.Normal(0.0, 1.0).log_prob(e) - torch.special.log_ndtr(e)
+    )
+    torch.testing.assert_close(d1[1:], r[1:], rtol=1e-12, atol=0)
+    torch.testing.assert_close(d2[1:], -r[1:] * (e[1:] + r[1:]), rtol=1e-9, atol=0)
+    batched = torch.vmap(torch.func.grad(lambda t: link.log_inverse(t).sum()))(
+        e[:, None]
+    )
+    torch.testing.assert_close(batched[:, 0], d1.detach())
+
+
+@pytest.mark.parametrize("eta", [700.0, 710.0, 1e4])
+def test_cloglog_nll_is_zero_not_nan_for_y1_at_large_eta(eta):
+    """The defect: NaN at eta >= ~710 with y = 1 (true value -log(1 - e^{-e^eta}) = 0)."""
+    fam = get_family("bernoulli", "cloglog")
+    nll, d1, d2 = eta_derivatives(fam, torch.tensor([eta]), torch.tensor([1]))
+    assert nll.item() == 0 and d1.item() == 0 and d2.item() == 0

@@ -288,10 +288,19 @@ class _Binary(Family):
         y = y.to(eta.dtype)
         if self.link.name == "logit":
             return F.binary_cross_entropy_with_logits(eta, y, reduction="none")
-        return -(y * self.link.log_inverse(eta) + (1 - y) * self.link.log1m_inverse(eta))
+        # 0 * log 0 = 0 (as in xlogy): a term whose factor is 0 is dropped, and its
+        # log is evaluated at eta = 0 so that neither the value nor the gradient
+        # sees 0 * inf (cloglog with y = 1 at eta > 709: log(1 - mu) = -e^eta = -inf).
+        zero = torch.zeros_like(eta)
+        has1, has0 = y > 0, y < 1
+        t1 = torch.where(has1, y * self.link.log_inverse(torch.where(has1, eta, zero)), zero)
+        t0 = torch.where(has0, (1 - y) * self.link.log1m_inverse(torch.where(has0, eta, zero)), zero)
+        return -(t1 + t0)
 
     def _valid_mean(self, mu):
-        return (mu > 0) & (mu < 1)
+        # mu = 0 only by underflow (e^eta at eta = -1e4 for the log link): the NLL
+        # -y eta stays finite there, so it is inside the domain.
+        return (mu >= 0) & (mu < 1)
 
     def saturated_nll(self, y):
         return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))
@@ -463,14 +472,14 @@ class Gamma(Family):
     _closed_links = ("log",)
 
     def _nll(self, eta, y):
-        return self.link.log_inverse(eta) + y / self.mean(eta)
+        return self.link.log_inverse(eta) + y * self.link.reciprocal_inverse(eta)
 
     def _valid_mean(self, mu):
         return (mu > 0) & torch.isfinite(mu)
 
     def log_likelihood(self, eta, y, weight=None, scale=1.0):
         nu = 1.0 / torch.as_tensor(scale, dtype=eta.dtype, device=eta.device)
-        y_mu = y / self.mean(eta)
+        y_mu = y * self.link.reciprocal_inverse(eta)
         ll = nu * torch.log(nu * y_mu) - nu * y_mu - torch.log(y) - torch.lgamma(nu)
         if self._masked:
             ll = torch.where(self.valid_eta(eta), ll, torch.full_like(ll, -math.inf))

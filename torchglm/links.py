@@ -35,6 +35,10 @@ __all__ = [
 ]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
+_SQRT_HALF = math.sqrt(0.5)
+_LOG2 = math.log(2.0)
+#: (-1)^(k+1) (2k-1)!! for k = 1..10: the series of 1 - t m(t) in u = 1/t^2.
+_MILLS_COEF = tuple((-1) ** (k + 1) * math.prod(range(1, 2 * k, 2)) for k in range(1, 11))
 
 
 class Link:
@@ -65,6 +69,11 @@ class Link:
     def log1m_inverse(self, eta: torch.Tensor) -> torch.Tensor:
         """log(1 - mu), for links onto (0, 1)."""
         return torch.log1p(-self.inverse(eta))
+
+    def reciprocal_inverse(self, eta: torch.Tensor) -> torch.Tensor:
+        """1 / mu, for the Gamma's ``y / mu`` (links override it where ``1 / g^{-1}``
+        would overflow or lose its derivative: ``e^{-eta}`` for the log link)."""
+        return 1.0 / self.inverse(eta)
 
     def valid_eta(self, eta: torch.Tensor) -> torch.Tensor:
         """Boolean mask of eta values inside the link's domain (all True by default)."""
@@ -101,7 +110,7 @@ class Identity(Link):
 class Logit(Link):
     """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; seed 000).
 
-    ``d sigma / d eta = sigma (1 - sigma)``.
+    ``d sigma / d eta = sigma (1 - sigma) = sigma(eta) sigma(-eta)``.
     """
 
     name = "logit"
@@ -113,8 +122,8 @@ class Logit(Link):
         return torch.sigmoid(eta)
 
     def inverse_derivative(self, eta):
-        s = torch.sigmoid(eta)
-        return s * (1 - s)
+        # sigma(eta) sigma(-eta): no 1 - sigma rounding to 0 for eta > 37.
+        return torch.sigmoid(eta) * torch.sigmoid(-eta)
 
     def log_inverse(self, eta):
         return F.logsigmoid(eta)
@@ -123,10 +132,104 @@ class Logit(Link):
         return F.logsigmoid(-eta)
 
 
+def _mills_asymptotic(t: torch.Tensor) -> torch.Tensor:
+    """``1 - t m(t)`` for large ``t``, ``m(t) = (1 - Phi(t)) / phi(t)`` (Mills' ratio).
+
+    From ``m(t) ~ (1/t) sum_k (-1)^k (2k-1)!! / t^{2k}`` (Abramowitz & Stegun
+    26.2.12): ``1 - t m = 1/t^2 - 3/t^4 + 15/t^6 - ...``. Ten terms are exact to
+    float64 rounding for ``t >= 20``, where the direct form loses ``t^2`` ulps.
+    """
+    u = 1.0 / (t * t)
+    total = torch.zeros_like(t)
+    for c in reversed(_MILLS_COEF):  # Horner in u
+        total = (total + c) * u
+    return total
+
+
+def _ndtr_ratio_parts(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``r = phi(eta) / Phi(eta)`` and ``s = eta + r`` without cancellation.
+
+    For ``eta < 0`` (``t = -eta``), ``Phi(eta) = phi(eta) m(t)`` with
+    ``m(t) = sqrt(pi/2) erfcx(t / sqrt 2)``, so ``r = 1 / m`` never divides two
+    underflowing numbers, and ``s = (1 - t m) / m`` uses :func:`_mills_asymptotic`
+    once ``t >= 20``. For ``eta >= 0`` both are plain sums of positive terms.
+    """
+    neg = eta < 0
+    t = torch.where(neg, -eta, torch.ones_like(eta))
+    m = math.sqrt(0.5 * math.pi) * torch.special.erfcx(t * _SQRT_HALF)
+    big = t >= 20.0
+    q = torch.where(big, _mills_asymptotic(torch.where(big, t, torch.full_like(t, 20.0))), 1.0 - t * m)
+    e_pos = torch.where(neg, torch.zeros_like(eta), eta)
+    r_pos = torch.exp(-0.5 * e_pos * e_pos) / _SQRT_2PI / torch.special.ndtr(e_pos)
+    r = torch.where(neg, 1.0 / m, r_pos)
+    s = torch.where(neg, q / m, e_pos + r_pos)
+    return r, s
+
+
+class _NdtrRatio(torch.autograd.Function):
+    """``r(eta) = phi(eta) / Phi(eta) = d log Phi / d eta`` with ``r' = -r (eta + r)``."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(eta):
+        return _ndtr_ratio_parts(eta)[0]
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (eta,) = ctx.saved_tensors
+        r, s = _ndtr_ratio_parts(eta)
+        return -grad * r * s
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (eta,) = ctx.saved_tensors
+        r, s = _ndtr_ratio_parts(eta)
+        return -tangent * r * s
+
+
+class _LogNdtr(torch.autograd.Function):
+    """``log Phi(eta)`` (``torch.special.log_ndtr``) whose derivative is the stable
+    ratio :class:`_NdtrRatio`: autograd of ``log_ndtr`` forms
+    ``exp(-eta^2/2 - log Phi(eta))``, two numbers near ``-eta^2/2`` whose
+    difference loses everything in float32 at ``eta = -1e4`` (-64,930 for
+    -10,000). Works under :mod:`torch.func` (``grad`` of ``grad``, ``vmap``,
+    forward mode: ``jvp``, ``jacfwd``, ``hessian``)."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(eta):
+        return torch.special.log_ndtr(eta)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(inputs[0])
+        ctx.save_for_forward(inputs[0])
+
+    @staticmethod
+    def backward(ctx, grad):
+        (eta,) = ctx.saved_tensors
+        return grad * _NdtrRatio.apply(eta)
+
+    @staticmethod
+    def jvp(ctx, tangent):
+        (eta,) = ctx.saved_tensors
+        return tangent * _NdtrRatio.apply(eta)
+
+
 class Probit(Link):
     """``mu = Phi(eta)``, the standard normal CDF (seed 000, "Probit regression").
 
-    The outputs of a probit model are probits, not logits.
+    The outputs of a probit model are probits, not logits. ``log mu`` and
+    ``log(1 - mu) = log Phi(-eta)`` carry stable first and second derivatives
+    (``d log Phi / d eta = phi / Phi``, the inverse Mills ratio, through ``erfcx``
+    and its asymptotic series), so Newton's curvature stays right at ``|eta| = 1e4``.
     """
 
     name = "probit"
@@ -141,11 +244,11 @@ class Probit(Link):
         return torch.exp(-0.5 * eta * eta) / _SQRT_2PI
 
     def log_inverse(self, eta):
-        return torch.special.log_ndtr(eta)
+        return _LogNdtr.apply(eta)
 
     def log1m_inverse(self, eta):
         # 1 - Phi(eta) = Phi(-eta): no cancellation in the upper tail.
-        return torch.special.log_ndtr(-eta)
+        return _LogNdtr.apply(-eta)
 
 
 class CLogLog(Link):
@@ -163,13 +266,22 @@ class CLogLog(Link):
         return torch.exp(eta - torch.exp(eta))
 
     def log_inverse(self, eta):
-        # log(1 - e^{-x}) with x = e^eta.  Once x < e^-20 the series
-        # log x - x/2 + O(x^2) is exact to 1e-19 and, unlike the direct form,
-        # stays finite after e^{-x} rounds to 1 (eta < -37) or x underflows.
-        x = torch.exp(eta)
-        small = eta < -20.0
-        direct = torch.log(-torch.expm1(-torch.where(small, torch.ones_like(x), x)))
-        return torch.where(small, eta - 0.5 * x, direct)
+        # log(1 - e^{-x}) with x = e^eta (Maechler's log1mexp, both tails):
+        # * x < e^-20: the series log x - x/2 + x^2/24 (exact to 1e-26), finite
+        #   after e^{-x} rounds to 1 or x underflows;
+        # * x <= log 2: log(-expm1(-x));  x > log 2: log1p(-e^{-x});
+        # * eta > 7: log mu = -exp(-e^eta) < -1e-476 is 0 with zero derivatives,
+        #   and clamping keeps e^eta finite (e^eta = inf made 0 * inf = NaN).
+        # Each branch sees only inputs where it is finite, so no NaN gradient leaks
+        # through torch.where.
+        e = eta.clamp(max=7.0)
+        x = torch.exp(e)
+        small = e < -20.0
+        upper = x > _LOG2
+        one = torch.ones_like(x)
+        near = torch.log(-torch.expm1(-torch.where(small | upper, one, x)))
+        far = torch.log1p(-torch.exp(-torch.where(upper, x, one)))
+        return torch.where(small, e - 0.5 * x + x * x / 24.0, torch.where(upper, far, near))
 
     def log1m_inverse(self, eta):
         return -torch.exp(eta)
@@ -191,6 +303,11 @@ class Log(Link):
 
     def log_inverse(self, eta):
         return eta
+
+    def reciprocal_inverse(self, eta):
+        # e^{-eta}, not 1 / e^eta: at eta = 1e4 the latter is 1/inf with a NaN
+        # derivative, and in float32 at eta = -50 its derivative overflows mu^2.
+        return torch.exp(-eta)
 
     def log1m_inverse(self, eta):
         # log(1 - e^eta) for the binomial log link (eta < 0): expm1 keeps
@@ -218,6 +335,9 @@ class Inverse(Link):
     def log_inverse(self, eta):
         return -torch.log(eta)
 
+    def reciprocal_inverse(self, eta):
+        return eta
+
     def valid_eta(self, eta):
         return eta > 0
 
@@ -241,6 +361,9 @@ class NegativeReciprocal(Link):
 
     def log_inverse(self, eta):
         return -torch.log(-eta)
+
+    def reciprocal_inverse(self, eta):
+        return -eta
 
     def valid_eta(self, eta):
         return eta < 0

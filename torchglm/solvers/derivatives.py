@@ -100,6 +100,10 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
         d2, (d1, nll) = grad(d1_sum, has_aux=True)(eta)
         return nll, d1, d2
     d1, nll = grad(total, has_aux=True)(eta)
+    if family.is_canonical:
+        # Canonical link: the eta-Hessian of the NLL is the Jacobian d mu / d eta
+        # (``diag(p) - p p^T`` for softmax), one closed form instead of K backward passes.
+        return nll, d1, family.link.inverse_derivative(eta)
 
     def hessian_row(v):
         # Row k of every per-sample block: d/deta of sum_i dl_i/deta_ik.

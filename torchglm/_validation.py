@@ -174,7 +174,8 @@ def check_magnitude(name: str, t: torch.Tensor) -> None:
     if values.numel() == 0:
         return
     bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))
-    largest = float(values.abs().max())
+    lo, hi = torch.aminmax(values)  # one pass, no |values| copy
+    largest = max(-float(lo), float(hi))
     if largest > bound:
         raise fail(
             name,
@@ -194,10 +195,12 @@ def check_classes(name: str, y: torch.Tensor, weight: torch.Tensor | None = None
         InputError: naming the single class present.
     """
     labels = y if weight is None else y[weight > 0]
-    present = torch.unique(labels)
-    if present.numel() < 2:
-        raise fail(name, "at least two classes",
-                   f"a single class {int(present[0])}" if present.numel() else "no labels")
+    if labels.numel() == 0:
+        raise fail(name, "at least two classes", "no labels")
+    # Two classes are present iff min < max (one O(n) pass; unique sorts).
+    lo, hi = torch.aminmax(labels)
+    if bool(lo == hi):
+        raise fail(name, "at least two classes", f"a single class {int(lo)}")
 
 
 def check_positive(name: str, value: float, allow_zero: bool = False) -> None:

@@ -150,10 +150,11 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
             extra["fixed_hessian"] = result.extra["hessian"]
         fitter = cls(model, max_iter=max_iter, dtype=dt, **options, **extra)
-        cast = (lambda t: None if t is None else t.to(dt))
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y
-        batches = TensorBatches(xs, ys, cast(weight), cast(offset), batch_size)
+        ws = None if weight is None else weight.to(dt)
+        os_ = None if offset is None else offset.to(dt)
+        batches = TensorBatches(xs, ys, ws, os_, batch_size)
         limit = max_passes or 50 * fitter.max_iter + 10
         stage = run_passes(fitter, batches, limit)
         if not fitter.done:

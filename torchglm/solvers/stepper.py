@@ -23,9 +23,10 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    with exact Newton-type steps** from that point (exact Hessian when
    ``d~ K (K + 1) / 2 <= FINISH_FULL_MAX_COST``, Newton-CG otherwise): one pass
    re-evaluates the point with exact curvature, and its decrement either verifies
-   the optimum at once or gives the first Newton step; separation is watched. So ``converged=True`` always means the decrement test held.
-   Where ``E`` changes by less than its rounding error, a trial that lowers
-   ``||g||`` is accepted instead; a rejected trial whose predicted decrease
+   the optimum at once or gives the first Newton step; separation is watched.
+   So ``converged=True`` always means the decrement test held. Where ``E``
+   changes by less than its rounding error, a trial that lowers ``||g||`` is
+   accepted instead; a rejected Newton-type trial whose predicted decrease
    ``-t g^T delta`` is below that rounding ends the fit as converged "to
    working precision" (no step can be verified any more in this dtype).
 3. **Direction** (the solver's own rule: Newton, Fisher scoring, CG, L-BFGS,

@@ -365,7 +365,8 @@ def test_make_fitter_and_auto():
     with pytest.raises(InputError, match="options of solver 'newton'.*'lr'"):
         fit(LogisticRegression(2), x2, torch.tensor([0, 1, 0, 1]), solver="newton", lr=0.1)
     assert choose_solver(LogisticRegression(20)) == "newton"
-    assert choose_solver(LogisticRegression(50)) == "lbfgs"
+    assert choose_solver(LogisticRegression(127)) == "newton"
+    assert choose_solver(LogisticRegression(128)) == "lbfgs"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}

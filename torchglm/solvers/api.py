@@ -30,10 +30,9 @@ SOLVERS: dict[str, type[Fitter]] = {
                 CoordinateDescentFitter, LBFGSFitter)
 }
 
-#: Above this many Hessian entries per sample (``d~ K (K + 1) / 2``, the cost of
-#: assembling ``H`` in units of one gradient evaluation), ``auto`` leaves exact Newton
-#: (bench/newton.py: at d~ = 51, 200k rows, a float32 Newton fit took 1.7x the time of
-#: L-BFGS on two cores; at d~ = 21, 1M rows, 1.15x).
+#: Above this many Hessian entries per sample (``d~ K (K + 1) / 2``), ``auto`` leaves
+#: exact Newton for L-BFGS (whose fit then ends with a Newton-CG verification); see
+#: :data:`.stepper.NEWTON_MAX_COST`.
 AUTO_NEWTON_MAX_COST = NEWTON_MAX_COST
 #: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
@@ -47,8 +46,8 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
-    ``d~ K (K + 1) / 2 <= AUTO_NEWTON_MAX_COST`` (binary problems with up to 31
-    features, softmax with K = 3 and up to 4), L-BFGS otherwise. L-BFGS needs more
+    ``d~ K (K + 1) / 2 <= AUTO_NEWTON_MAX_COST`` (binary problems with up to 127
+    features, softmax with K = 3 and up to 20, K = 10 and up to 1), L-BFGS otherwise. L-BFGS needs more
     passes on ill-conditioned designs (unscaled features); pick ``newton`` there. When :func:`fit` runs ``auto`` Newton with
     at least ``AUTO_FLOAT32_MIN_FLOPS`` per pass and no ``dtype`` is given, it
     works in float32 and polishes in float64.

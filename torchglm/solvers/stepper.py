@@ -21,7 +21,7 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    exact curvature: their own rule (``||g||_inf <= gtol``, the L-BFGS decrement,
    a stalled line search) only ends their own phase; the fit then **finishes
    with exact Newton-type steps** from that point (exact Hessian when
-   ``d~ K (K + 1) / 2 <= FINISH_FULL_MAX_COST``, Newton-CG otherwise): one pass
+   ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST``, Newton-CG otherwise): one pass
    re-evaluates the point with exact curvature, and its decrement either verifies
    the optimum at once or gives the first Newton step; separation is watched.
    So ``converged=True`` always means the decrement test held. Where ``E``
@@ -55,16 +55,15 @@ from .derivatives import (
 )
 from .linalg import cg_solve, newton_direction, shift_null_projector
 
-__all__ = ["StepFitter", "NEWTON_MAX_COST", "FINISH_FULL_MAX_COST", "FINISH_MAX_STEPS"]
+__all__ = ["FINISH_MAX_STEPS", "NEWTON_MAX_COST", "StepFitter"]
 
-#: Up to this many Hessian entries per sample (``d~ K (K + 1) / 2``) an exact Hessian
-#: pass is cheap next to the passes it saves; above it, Newton-CG (Hessian-vector
-#: products) finishes a first-order fit, and ``auto`` picks L-BFGS.
-NEWTON_MAX_COST = 32
-#: Up to this many Hessian entries per sample the Newton finish of a first-order fit uses
-#: the exact Hessian (one pass and a Cholesky solve; at d~ = 51 a Hessian pass costs about
-#: what a curvature pass for Hessian-vector products does), Newton-CG above it.
-FINISH_FULL_MAX_COST = 128
+#: Up to this many Hessian entries per sample (``d~ K (K + 1) / 2``) exact Newton steps
+#: are the cheaper way to a verified optimum: ``auto`` picks Newton, and a first-order
+#: fit finishes with the exact Hessian (Newton-CG above it). Measured on two cores
+#: (bench/newton.py, docs/solvers.md): at d~ = 51, 200k rows, a Hessian pass costs 72 ms,
+#: a gradient pass 21 ms, and float32 Newton + polish (0.287 s) beat L-BFGS with its
+#: verifying Hessian pass (0.315 s); at d~ = 501 L-BFGS with a Newton-CG finish wins 3x.
+NEWTON_MAX_COST = 128
 #: Newton-type steps a first-order fit may take to finish after its own rule stopped.
 FINISH_MAX_STEPS = 100
 
@@ -140,7 +139,7 @@ class StepFitter(Fitter):
         self.sep_streak = 0
         self.prev_delta: torch.Tensor | None = None
         self.finishing = False
-        self.finish_curvature = "full" if hessian_cost(model) <= FINISH_FULL_MAX_COST else "hvp"
+        self.finish_curvature = "full" if hessian_cost(model) <= NEWTON_MAX_COST else "hvp"
         self.finish_from = 0
         self.reevaluate = False
         #: whether the last Newton-type direction solved its system to its target.

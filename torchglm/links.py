@@ -177,34 +177,42 @@ def _ndtr_ratio_parts(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return r, s
 
 
-class _NdtrRatio(torch.autograd.Function):
-    """``r(eta) = phi(eta) / Phi(eta) = d log Phi / d eta`` with ``r' = -r (eta + r)``."""
+class _ElementwiseFunction(torch.autograd.Function):
+    """An elementwise ``f(eta)`` with a hand-written derivative ``f'(eta)``
+    (:meth:`derivative`), for reverse mode, forward mode and ``vmap`` alike."""
 
     generate_vmap_rule = True
-
-    @staticmethod
-    def forward(eta):
-        return _ndtr_ratio(eta)
 
     @staticmethod
     def setup_context(ctx, inputs, output):
         ctx.save_for_backward(inputs[0])
         ctx.save_for_forward(inputs[0])
 
-    @staticmethod
-    def backward(ctx, grad):
+    @classmethod
+    def backward(cls, ctx, grad):
         (eta,) = ctx.saved_tensors
-        r, s = _ndtr_ratio_parts(eta)
-        return -grad * r * s
+        return grad * cls.derivative(eta)
+
+    @classmethod
+    def jvp(cls, ctx, tangent):
+        (eta,) = ctx.saved_tensors
+        return tangent * cls.derivative(eta)
+
+
+class _NdtrRatio(_ElementwiseFunction):
+    """``r(eta) = phi(eta) / Phi(eta) = d log Phi / d eta`` with ``r' = -r (eta + r)``."""
 
     @staticmethod
-    def jvp(ctx, tangent):
-        (eta,) = ctx.saved_tensors
+    def forward(eta):
+        return _ndtr_ratio(eta)
+
+    @staticmethod
+    def derivative(eta):
         r, s = _ndtr_ratio_parts(eta)
-        return -tangent * r * s
+        return -r * s
 
 
-class _LogNdtr(torch.autograd.Function):
+class _LogNdtr(_ElementwiseFunction):
     """``log Phi(eta)`` (``torch.special.log_ndtr``) whose derivative is the stable
     ratio :class:`_NdtrRatio`: autograd of ``log_ndtr`` forms
     ``exp(-eta^2/2 - log Phi(eta))``, two numbers near ``-eta^2/2`` whose
@@ -212,26 +220,13 @@ class _LogNdtr(torch.autograd.Function):
     -10,000). Works under :mod:`torch.func` (``grad`` of ``grad``, ``vmap``,
     forward mode: ``jvp``, ``jacfwd``, ``hessian``)."""
 
-    generate_vmap_rule = True
-
     @staticmethod
     def forward(eta):
         return torch.special.log_ndtr(eta)
 
     @staticmethod
-    def setup_context(ctx, inputs, output):
-        ctx.save_for_backward(inputs[0])
-        ctx.save_for_forward(inputs[0])
-
-    @staticmethod
-    def backward(ctx, grad):
-        (eta,) = ctx.saved_tensors
-        return grad * _NdtrRatio.apply(eta)
-
-    @staticmethod
-    def jvp(ctx, tangent):
-        (eta,) = ctx.saved_tensors
-        return tangent * _NdtrRatio.apply(eta)
+    def derivative(eta):
+        return _NdtrRatio.apply(eta)
 
 
 class Probit(Link):

@@ -30,10 +30,6 @@ SOLVERS: dict[str, type[Fitter]] = {
                 CoordinateDescentFitter, LBFGSFitter)
 }
 
-#: Above this many Hessian entries per sample (``d~ K (K + 1) / 2``), ``auto`` leaves
-#: exact Newton for L-BFGS (whose fit then ends with a Newton-CG verification); see
-#: :data:`.stepper.NEWTON_MAX_COST`.
-AUTO_NEWTON_MAX_COST = NEWTON_MAX_COST
 #: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
 AUTO_FLOAT32_MIN_FLOPS = 5e7
@@ -46,13 +42,13 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
-    ``d~ K (K + 1) / 2 <= AUTO_NEWTON_MAX_COST`` (binary problems with up to 127
-    features, softmax with K = 3 and up to 20, K = 10 and up to 1), L-BFGS otherwise. L-BFGS needs more
-    passes on ill-conditioned designs (unscaled features); pick ``newton`` there. When :func:`fit` runs ``auto`` Newton with
-    at least ``AUTO_FLOAT32_MIN_FLOPS`` per pass and no ``dtype`` is given, it
-    works in float32 and polishes in float64.
+    ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.stepper.NEWTON_MAX_COST`, 128:
+    binary problems with up to 127 features, softmax with K = 3 and up to 20
+    features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification.
+    When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
+    per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
     """
-    return "newton" if hessian_cost(model) <= AUTO_NEWTON_MAX_COST else "lbfgs"
+    return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
 
 
 def _check_options(name: str, cls: type, options: dict) -> None:

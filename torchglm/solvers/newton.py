@@ -58,7 +58,7 @@ class NewtonFitter(_SecondOrder):
     then solves ``H delta = -g`` by Cholesky (eigenvalue fallback with a
     :class:`~torchglm.NumericalWarning` for singular or indefinite ``H``).
     Stops on the Newton decrement ``lambda^2 / 2 = -g^T delta / 2 <= tol max(1, |E|)``
-    or the scaled gradient (see :mod:`.stepper`).
+    (see :mod:`.stepper`).
 
     Args:
         model: the model to fit.

@@ -160,6 +160,7 @@ class StepFitter(Fitter):
                 col = torch.arange(m * d, device=self.theta.device) % d
                 self.N_col = torch.cat([col, torch.full((m if has_bias else 0,), d,
                                                         device=self.theta.device)])
+                self.N_count = torch.bincount(self.N_col, minlength=d + 1).to(self.dtype)
         # From the all-zero start (the model's initialization), the first pass sums
         # only E, g and the mean target, and the fit starts from the intercept-only
         # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
@@ -252,7 +253,6 @@ class StepFitter(Fitter):
             self.result.n_iter += 1
         self.n_rejected = 0
         grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
-        newton_like = self.exact or self.finishing
         delta, dec = self.finish_direction(s) if self.finishing else self.direction(s)
         self.delta, self.decrement = delta, dec
         loss = float(s.loss)
@@ -262,7 +262,7 @@ class StepFitter(Fitter):
             "step_size": step, "passes": self.n_passes,
         })
         scale = max(1.0, abs(loss))
-        if not newton_like:
+        if not self.newton_like:
             # A first-order rule (not scale-invariant): end this phase, finish with
             # Newton-type steps that verify the optimum.
             if grad_norm <= self.gtol:
@@ -295,6 +295,11 @@ class StepFitter(Fitter):
         self.theta = self.base_theta + self.t * self.delta
 
     # -- Newton-type directions (every solver's finish; newton, irls, newton-cg) ----
+    @property
+    def newton_like(self) -> bool:
+        """Whether the current direction is a Newton-type step with an exact decrement."""
+        return self.exact or self.finishing
+
     def remove_shift(self, v: torch.Tensor) -> torch.Tensor:
         """Project out the softmax shift directions (identity for other models)."""
         return v if self.shift_columns is None else v - self.N @ v
@@ -308,8 +313,7 @@ class StepFitter(Fitter):
             # the mean curvature of column j's entries, so the added block has that
             # column's scale (a column scaled by 1e8 must not swamp the others).
             h = A.diagonal().abs()
-            c = torch.zeros(int(self.N_col.max()) + 1, dtype=h.dtype, device=h.device)
-            c = c.index_add(0, self.N_col, h) / torch.bincount(self.N_col).to(h.dtype)
+            c = torch.zeros_like(self.N_count).index_add(0, self.N_col, h) / self.N_count
             A = A + self.N * c[self.N_col].unsqueeze(1)
         delta, note = newton_direction(A, s.grad)
         self.solve_exact = True
@@ -344,10 +348,9 @@ class StepFitter(Fitter):
         self.n_rejected += 1
         f0 = float(self.base.loss)
         rounding = 10 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
-        newton_like = self.exact or self.finishing
         stalled = (s.n_invalid == 0 and -self.t * self.slope <= rounding
-                   and ((newton_like and self.decrement is not None) or self.n_rejected >= 5))
-        if stalled and not newton_like:
+                   and ((self.newton_like and self.decrement is not None) or self.n_rejected >= 5))
+        if stalled and not self.newton_like:
             if self.redirect():
                 return None
             return self._begin_finish("line search stalled below the rounding of E")
@@ -371,15 +374,19 @@ class StepFitter(Fitter):
         in the link's domain, e.g. a single class). Returns whether it moved."""
         if s.n_offset or not float(s.weight_sum) > 0:
             return False
-        ybar = (s.y_sum / s.weight_sum).reshape(1)
-        b = self.model.family.link.link(ybar)
+        theta = self._intercept_only(s)
+        b = theta[-1:]
         if not bool(torch.isfinite(b).all()) or not bool(self.model.family.valid_eta(b).all()):
             return False
-        theta = torch.zeros_like(self.theta)
-        theta[-1] = b[0]
         self.theta = theta
         self.result.extra["start"] = "intercept-only"
         return True
+
+    def _intercept_only(self, s: PassSums) -> torch.Tensor:
+        """``W = 0``, ``b = g(ybar)`` with the pass's weighted mean target."""
+        theta = torch.zeros_like(self.theta)
+        theta[-1] = self.model.family.link.link((s.y_sum / s.weight_sum).reshape(1))[0]
+        return theta
 
     def _restart_or_fail(self, s: PassSums) -> None:
         """The starting point is outside the link's domain: start from the
@@ -389,12 +396,8 @@ class StepFitter(Fitter):
             return self._finish(False, "the starting point gives eta outside the link's domain "
                                        "or a non-finite loss", warn=True)
         self.restarted = True
+        self.theta = self._intercept_only(s)
         self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
-        ybar = s.y_sum / s.weight_sum
-        b = model.family.link.link(ybar.reshape(1))
-        theta = torch.zeros_like(self.theta)
-        theta[-1] = b[0]
-        self.theta = theta
 
     def stop(self, message: str) -> None:
         """End the fit now (e.g. a Trainer's epoch limit): not converged, with a warning."""

@@ -33,6 +33,7 @@ __all__ = [
     "check_classes",
     "check_positive",
     "as_tensor",
+    "per_sample_tensors",
 ]
 
 
@@ -61,12 +62,16 @@ def fail(name: str, expected: str, got: object) -> InputError:
     return InputError(f"{name}: expected {expected}, got {got}")
 
 
+def _stored_values(t: torch.Tensor) -> torch.Tensor:
+    """The stored entries of a sparse (COO/CSR) tensor; a dense tensor itself."""
+    if t.layout == torch.strided:
+        return t
+    return t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
+
+
 def check_finite(name: str, t: torch.Tensor) -> None:
     """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is."""
-    if t.is_sparse or t.layout != torch.strided:
-        values = t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
-    else:
-        values = t
+    values = _stored_values(t)
     if not values.is_floating_point():
         return
     # One reduction: a sum is finite when every entry is (finite entries that
@@ -124,17 +129,31 @@ def as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor | None:
         raise fail(name, "a tensor or an array-like of numbers", f"{type(value).__name__} ({err})") from None
 
 
+def _check_per_sample(name: str, t: torch.Tensor, n: int) -> None:
+    """A per-sample vector (weights, offsets): a tensor, 1-D of length ``n``, finite."""
+    if not isinstance(t, torch.Tensor):
+        raise fail(name, "a torch.Tensor", type(t).__name__)
+    if t.shape != (n,):
+        raise fail(name, f"a 1-D tensor of length {n}", f"shape {tuple(t.shape)}")
+    check_finite(name, t)
+
+
+def per_sample_tensors(x, weight, offset):
+    """Array-like ``weight`` and ``offset`` as tensors in ``x``'s dtype and device
+    (:func:`as_tensor`); left as they are when ``x`` is not a tensor (its own check
+    reports it)."""
+    if not isinstance(x, torch.Tensor):
+        return weight, offset
+    return as_tensor("weight", weight, x), as_tensor("offset", offset, x)
+
+
 def check_weight(weight: torch.Tensor | None, n: int) -> None:
     """Check sample weights: 1-D, length ``n``, finite, non-negative, positive total.
 
     An all-zero weight vector leaves the weighted mean objective ``0 / 0``."""
     if weight is None:
         return
-    if not isinstance(weight, torch.Tensor):
-        raise fail("weight", "a torch.Tensor", type(weight).__name__)
-    if weight.dim() != 1 or weight.shape[0] != n:
-        raise fail("weight", f"a 1-D tensor of length {n}", f"shape {tuple(weight.shape)}")
-    check_finite("weight", weight)
+    _check_per_sample("weight", weight, n)
     if bool((weight < 0).any()):
         raise fail("weight", "non-negative sample weights", f"min {float(weight.min())}")
     if not bool(weight.sum() > 0):
@@ -143,13 +162,8 @@ def check_weight(weight: torch.Tensor | None, n: int) -> None:
 
 def check_offset(offset: torch.Tensor | None, n: int) -> None:
     """Check an offset (a known term added to eta): 1-D, length ``n``, finite."""
-    if offset is None:
-        return
-    if not isinstance(offset, torch.Tensor):
-        raise fail("offset", "a torch.Tensor", type(offset).__name__)
-    if offset.shape != (n,):
-        raise fail("offset", f"a 1-D tensor of length {n}", f"shape {tuple(offset.shape)}")
-    check_finite("offset", offset)
+    if offset is not None:
+        _check_per_sample("offset", offset, n)
 
 
 def check_magnitude(name: str, t: torch.Tensor) -> None:
@@ -166,11 +180,7 @@ def check_magnitude(name: str, t: torch.Tensor) -> None:
     """
     if not t.is_floating_point() or t.numel() == 0:
         return
-    values = t
-    if t.layout == torch.sparse_coo:
-        values = t.coalesce().values()
-    elif t.layout != torch.strided:
-        values = t.values()
+    values = _stored_values(t)
     if values.numel() == 0:
         return
     bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))

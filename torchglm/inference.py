@@ -35,7 +35,7 @@ from typing import Any, Iterable, NamedTuple
 import torch
 from scipy import stats
 
-from ._validation import as_tensor, fail
+from ._validation import fail, per_sample_tensors
 from .data.batches import Batch, TensorBatches
 from .solvers.base import FitResult, all_reduce_sum
 from .solvers.derivatives import eta_derivatives, flat_parameters, hessian_and_gradient
@@ -481,8 +481,7 @@ def glm_results(
     if (batches is None) == (x is None):
         raise fail("x/batches", "either x and y or batches", "both" if x is not None else "neither")
     if batches is None:
-        if isinstance(x, torch.Tensor):
-            weight, offset = as_tensor("weight", weight, x), as_tensor("offset", offset, x)
+        weight, offset = per_sample_tensors(x, weight, offset)
         x, y = model.check_data(x, y, weight, offset)
         batches = TensorBatches(x, y, weight, offset)
     if information is None:

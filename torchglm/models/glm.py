@@ -29,6 +29,7 @@ from .._validation import (
     check_same_length,
     check_weight,
     fail,
+    per_sample_tensors,
 )
 from ..families import Family, get_family
 from ..links import Link
@@ -234,7 +235,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         Raises:
             InputError: on wrong shapes, non-finite values or invalid targets.
         """
-        weight, offset = self._as_tensors(x, weight, offset)
+        weight, offset = per_sample_tensors(x, weight, offset)
         x, y = self.check_data(x, y, weight, offset, fitting=False)
         return self.objective(x, y, weight, offset)
 
@@ -259,15 +260,9 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """
         from ..solvers import fit as _fit
 
-        weight, offset = self._as_tensors(x, weight, offset)
+        weight, offset = per_sample_tensors(x, weight, offset)
         return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
 
-    @staticmethod
-    def _as_tensors(x, weight, offset):
-        """Array-like weights and offsets as tensors like ``x`` (checked later)."""
-        if not isinstance(x, torch.Tensor):
-            return weight, offset  # check_features reports x itself
-        return as_tensor("weight", weight, x), as_tensor("offset", offset, x)
 
     def extra_repr(self) -> str:
         return f"family={self.family!r}, n_classes={self.n_classes}, l2={self.l2}"

@@ -267,4 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if cli.trainer.is_global_zero:
         print(format_table(metrics))
+    _leave_process_group()
     return 0
+
+
+def _leave_process_group() -> None:
+    """End a DDP run's process group on every rank before the interpreter exits:
+    gloo's threads left running at exit intermittently abort it ("terminate called
+    without an active exception", exit -6) after the work is done."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

@@ -1,0 +1,93 @@
+"""Issue 11's trust cases, as numbers: what each solver reports and how far it is from
+the truth. Run it on two checkouts (the older one first on PYTHONPATH) for before/after::
+
+    OMP_NUM_THREADS=1 python bench/trust_report.py
+
+Cases: raw NIST Longley (certified digits, RSS), logistic regression with columns scaled
+by (1, 1e4, 1e-4) and by 1e-6 (max probability error against the unscaled fit), nearly
+collinear columns (objective gap to the optimum), separated data with d = 40 (what the
+fit reports). gd and coordinate descent get 2000 steps.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import statsmodels.api as sm
+import torch
+
+from torchglm import LogisticRegression
+from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers import fit
+
+SOLVERS = ["newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate", "auto"]
+LONGLEY = np.array([-3482258.63459582, 15.0618722713733, -0.358191792925910e-01,
+                    -2.02022980381683, -1.03322686717359, -0.511041056535807e-01,
+                    1829.15146461355])
+
+
+def run(model, x, y, solver):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = fit(model, x, y, solver=solver,
+                max_iter=2000 if solver in ("gd", "coordinate") else None)
+    kinds = sorted({w.category.__name__ for w in caught})
+    return r, ",".join(kinds) or "-"
+
+
+def main():
+    torch.manual_seed(0)
+    d = sm.datasets.longley.load_pandas()
+    x = torch.tensor(d.exog.values, dtype=torch.float64)
+    y = torch.tensor(d.endog.values, dtype=torch.float64)
+    print("NIST Longley (raw): certified digits, RSS (certified 836424.055506)")
+    for s in SOLVERS:
+        m = GeneralizedLinearModel(6, "gaussian", dtype=torch.float64)
+        r, w = run(m, x, y, s)
+        est = np.r_[m.linear.bias.detach().numpy(), m.linear.weight.detach().numpy().ravel()]
+        digits = -np.log10(np.max(np.abs(est - LONGLEY) / np.abs(LONGLEY)))
+        rss = float(((y - m(x).detach()) ** 2).sum())
+        print(f"  {s:10s} converged={r.converged!s:5s} digits={digits:5.1f} rss={rss:.6f} warnings={w}")
+
+    g = torch.Generator().manual_seed(0)
+    n = 2000
+    z = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    t = (torch.rand(n, generator=g, dtype=torch.float64)
+         < torch.sigmoid(z @ torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))).double()
+    ref = LogisticRegression(3, dtype=torch.float64)
+    fit(ref, z, t, solver="newton", tol=1e-20)
+    p0 = torch.sigmoid(ref(z)).detach()
+    for scale in ([1.0, 1e4, 1e-4], [1e-6, 1e-6, 1e-6]):
+        sc = torch.tensor(scale, dtype=torch.float64)
+        print(f"logistic, columns scaled by {scale}: max |p - p_unscaled|")
+        for s in SOLVERS:
+            m = LogisticRegression(3, dtype=torch.float64)
+            r, w = run(m, z * sc, t, s)
+            err = float((torch.sigmoid(m(z * sc)).detach() - p0).abs().max())
+            print(f"  {s:10s} converged={r.converged!s:5s} max_err={err:.2e} warnings={w}")
+
+    zc = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    zc = torch.cat([zc, zc[:, :1] + 1e-6 * torch.randn(n, 1, generator=g, dtype=torch.float64)], 1)
+    tc = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(zc[:, :5].sum(1))).double()
+    ref = LogisticRegression(6, dtype=torch.float64)
+    fit(ref, zc, tc, solver="newton", tol=1e-20)
+    e0 = float(ref.objective(zc, tc).detach())
+    print("nearly collinear columns: objective gap E - E*")
+    for s in SOLVERS:
+        m = LogisticRegression(6, dtype=torch.float64)
+        r, w = run(m, zc, tc, s)
+        print(f"  {s:10s} converged={r.converged!s:5s} gap={float(m.objective(zc, tc).detach()) - e0:.2e} warnings={w}")
+
+    xs = torch.randn(400, 40, generator=g, dtype=torch.float64)
+    ts = (xs[:, 0] + 0.3 * xs[:, 1] > 0).double()
+    print("separated data, d = 40: what the fit reports")
+    for s in SOLVERS:
+        m = LogisticRegression(40, dtype=torch.float64)
+        r, w = run(m, xs, ts, s)
+        print(f"  {s:10s} converged={r.converged!s:5s} max|w|={float(m.linear.weight.abs().max()):8.1f} "
+              f"warnings={w}")
+
+
+if __name__ == "__main__":
+    main()

@@ -85,7 +85,7 @@ def main():
     for s in SOLVERS:
         m = LogisticRegression(40, dtype=torch.float64)
         r, w = run(m, xs, ts, s)
-        print(f"  {s:10s} converged={r.converged!s:5s} max|w|={float(m.linear.weight.abs().max()):8.1f} "
+        print(f"  {s:10s} converged={r.converged!s:5s} max|w|={float(m.linear.weight.detach().abs().max()):8.1f} "
               f"warnings={w}")
 
 

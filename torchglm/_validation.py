@@ -15,7 +15,13 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
+
+try:  # scikit-learn users filter the library's warning with their own class
+    from sklearn.exceptions import ConvergenceWarning as _BaseConvergenceWarning
+except ImportError:  # pragma: no cover - scikit-learn is optional
+    _BaseConvergenceWarning = UserWarning
 
 __all__ = [
     "InputError",
@@ -33,6 +39,9 @@ __all__ = [
     "check_classes",
     "check_positive",
     "as_tensor",
+    "to_tensor",
+    "as_data",
+    "feature_names_of",
     "per_sample_tensors",
 ]
 
@@ -45,8 +54,11 @@ class NotFittedError(RuntimeError):
     """A model was used for prediction before it was fitted."""
 
 
-class ConvergenceWarning(UserWarning):
-    """An iterative solver stopped before meeting its convergence criterion."""
+class ConvergenceWarning(_BaseConvergenceWarning):
+    """An iterative solver stopped before meeting its convergence criterion.
+
+    A subclass of ``sklearn.exceptions.ConvergenceWarning`` when scikit-learn is
+    installed (of ``UserWarning`` otherwise), so either class filters it."""
 
 
 class SeparationWarning(UserWarning):
@@ -116,17 +128,98 @@ def check_same_length(names: Sequence[str], *tensors: torch.Tensor) -> None:
 
 def as_tensor(name: str, value, like: torch.Tensor) -> torch.Tensor | None:
     """``value`` as a tensor: ``None`` and tensors pass unchanged; array-likes (lists,
-    NumPy arrays) are converted with ``torch.as_tensor`` in ``like``'s dtype and device.
+    NumPy arrays, pandas Series) go through :func:`to_tensor` into ``like``'s dtype
+    and device.
 
     Raises:
         InputError: if ``value`` cannot be converted.
     """
     if value is None or isinstance(value, torch.Tensor):
         return value
+    return to_tensor(name, value).to(dtype=like.dtype, device=like.device)
+
+
+def _is_scipy_sparse(value) -> bool:
+    # duck-typed: scipy.sparse matrices and arrays, without importing scipy here
+    return hasattr(value, "tocsr") and hasattr(value, "nnz") and hasattr(value, "shape")
+
+
+def to_tensor(name: str, value, *, device=None, float_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The library's one conversion of user data into a tensor, at the boundary.
+
+    Accepts a ``torch.Tensor``, a NumPy array, a pandas DataFrame or Series, a
+    ``scipy.sparse`` matrix or array (becomes a torch CSR tensor: sparse stays
+    sparse) and nested lists of numbers. A tensor is only moved to ``device`` (its
+    dtype is the caller's choice, checked by the model). Floating-point array-likes
+    keep their precision (the model casts to its dtype where it predicts, and fits
+    in at least the data's precision); integer and boolean array-likes become
+    ``float_dtype`` when it is given (features) and stay integers otherwise (class
+    labels). The result lies on ``device`` when it is given. NumPy input is wrapped
+    without a copy where its dtype, byte order and memory layout allow.
+
+    Raises:
+        InputError: for values that are not numbers (strings, objects, complex).
+    """
+    if value is None:
+        raise fail(name, "an array-like of numbers", "None")
+    if isinstance(value, torch.Tensor):  # the caller chose its dtype: checked, not cast
+        return value if device is None else value.to(device)
+    if _is_scipy_sparse(value):
+        csr = value.tocsr()
+        data = _numeric_array(name, csr.data)
+        t = torch.sparse_csr_tensor(
+            torch.from_numpy(csr.indptr.astype(np.int64)),
+            torch.from_numpy(csr.indices.astype(np.int64)),
+            torch.from_numpy(data),
+            size=tuple(csr.shape),
+        )
+    else:
+        t = torch.from_numpy(_numeric_array(name, value))
+    if torch.is_complex(t):
+        raise fail(name, "real numbers", f"dtype {t.dtype}")
+    if float_dtype is not None and not t.is_floating_point():
+        t = t.to(float_dtype)
+    return t if device is None else t.to(device)
+
+
+def _numeric_array(name: str, value) -> np.ndarray:
+    """``value`` as a native-endian, contiguous NumPy array of booleans or real numbers."""
     try:
-        return torch.as_tensor(value, dtype=like.dtype, device=like.device)
-    except (TypeError, ValueError, RuntimeError) as err:
+        arr = np.asarray(value)
+        if arr.dtype == object:  # mixed pandas columns, nullable integers: numbers or an error
+            arr = arr.astype(np.float64)
+    except (TypeError, ValueError) as err:
         raise fail(name, "a tensor or an array-like of numbers", f"{type(value).__name__} ({err})") from None
+    if arr.dtype.kind not in "biuf":
+        raise fail(
+            name, "a tensor or an array-like of numbers", f"{type(value).__name__} of dtype {arr.dtype}"
+        )
+    if arr.dtype.kind == "u" and arr.dtype != np.uint8:
+        arr = arr.astype(np.int64)  # torch has no uint16/32/64 arithmetic
+    if not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    arr = np.ascontiguousarray(arr)
+    if not arr.flags.writeable:  # torch.from_numpy shares memory and wants it writable
+        arr = arr.copy()
+    return arr
+
+
+def feature_names_of(x) -> list[str] | None:
+    """The column names of a pandas DataFrame (as strings); ``None`` for other inputs."""
+    columns = getattr(x, "columns", None)
+    if columns is None or isinstance(x, torch.Tensor):
+        return None
+    return [str(c) for c in columns]
+
+
+def as_data(x, y=None, weight=None, offset=None, *, device=None, float_dtype: torch.dtype | None = None):
+    """``(x, y, weight, offset)`` through :func:`to_tensor`: ``x`` (integers become
+    ``float_dtype``) and ``y`` on ``device``, ``weight`` and ``offset`` in ``x``'s
+    dtype and device (:func:`as_tensor`). ``None`` entries stay ``None``."""
+    x = to_tensor("X", x, device=device, float_dtype=float_dtype)
+    y = None if y is None else to_tensor("y", y, device=x.device)
+    weight, offset = per_sample_tensors(x, weight, offset)
+    return x, y, weight, offset
 
 
 def _check_per_sample(name: str, t: torch.Tensor, n: int) -> None:

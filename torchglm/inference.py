@@ -35,7 +35,7 @@ from typing import Any, Iterable, NamedTuple
 import torch
 from scipy import stats
 
-from ._validation import fail, per_sample_tensors
+from ._validation import fail, feature_names_of
 from .data.batches import Batch, TensorBatches
 from .solvers.base import FitResult, all_reduce_sum
 from .solvers.derivatives import eta_derivatives, flat_parameters, hessian_and_gradient
@@ -461,7 +461,9 @@ def glm_results(
         alpha: the confidence intervals have level ``1 - alpha``.
         use_t: Student t with ``df_resid`` degrees of freedom instead of the
             normal for p-values and intervals (statsmodels' ``use_t``).
-        feature_names: names of the ``n_features`` columns.
+        feature_names: names of the ``n_features`` columns; default: the columns
+            of ``x`` when it is a DataFrame, else ``model.feature_names`` (set by a
+            fit on a DataFrame), else ``x0, x1, ...``.
         dtype: computation dtype.
 
     Returns:
@@ -480,8 +482,10 @@ def glm_results(
     fam = model.family
     if (batches is None) == (x is None):
         raise fail("x/batches", "either x and y or batches", "both" if x is not None else "neither")
+    if feature_names is None:
+        feature_names = feature_names_of(x) or getattr(model, "feature_names", None)
     if batches is None:
-        weight, offset = per_sample_tensors(x, weight, offset)
+        x, y, weight, offset = model.as_data(x, y, weight, offset)
         x, y = model.check_data(x, y, weight, offset)
         batches = TensorBatches(x, y, weight, offset)
     if information is None:
@@ -722,10 +726,16 @@ def fit_glm(model, x, y, weight=None, offset=None, solver: str = "irls", *, alph
             use_t: bool = False, information: str | None = None, feature_names=None, **options) -> GLMResults:
     """Fit ``model`` with ``solver`` (see :func:`torchglm.solvers.fit`) and return its :class:`GLMResults`.
 
+    ``x``, ``y``, ``weight``, ``offset`` may be tensors or array-likes (NumPy, pandas,
+    scipy.sparse); a DataFrame's column names name the coefficients.
+
     Example:
         >>> res = fit_glm(GeneralizedLinearModel(3, "gamma", link="log"), x, y)
         >>> print(res.summary())
     """
+    names = feature_names_of(x)
+    x, y, weight, offset = model.as_data(x, y, weight, offset)  # converted once for fit and results
     fit_result = model.fit(x, y, weight=weight, offset=offset, solver=solver, **options)
+    model.feature_names = names
     return glm_results(model, x, y, weight, offset, fit_result=fit_result, alpha=alpha, use_t=use_t,
                        information=information, feature_names=feature_names)

@@ -64,10 +64,13 @@ from ._fitted import FittedFlag
 from ._moments import ClassMoments, SumStatistics, agree_dtype
 from .._validation import (
     InputError,
+    as_tensor,
     check_finite,
     check_same_length,
     check_weight,
     fail,
+    feature_names_of,
+    to_tensor,
 )
 from ..data.batches import Batch, TensorBatches
 from ..families import Categorical
@@ -153,6 +156,8 @@ class GenerativeClassifier(FittedFlag, nn.Module):
                  if priors is None else self._check_priors(priors, dtype))
         self.register_buffer("class_count", torch.zeros(n_classes, dtype=dtype))
         self.register_buffer("log_prior", prior.log())
+        #: column names of the last fit's DataFrame (``None`` for arrays and tensors).
+        self.feature_names: list[str] | None = None
         self._register_fitted_flag()
 
     @property
@@ -224,7 +229,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
     # -- prediction ------------------------------------------------------------
 
     def check_features(self, x: torch.Tensor, name: str = "X", promote: bool = False) -> torch.Tensor:
-        """Validate a feature matrix (dense, or sparse where the model allows it).
+        """Validate a feature matrix (dense, or sparse where the model allows it): a
+        tensor or an array-like (NumPy, pandas, scipy.sparse), converted once by
+        :func:`~torchglm._validation.to_tensor` onto the model's device.
 
         Returns it in the model's dtype, or with ``promote=True`` (fitting) in
         ``torch.promote_types(model.dtype, x.dtype)``, so data are never cast down.
@@ -234,8 +241,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
                 values (or values that overflow the model's dtype), values outside
                 the model's support.
         """
-        if not isinstance(x, torch.Tensor):
-            raise fail(name, "a torch.Tensor", type(x).__name__)
+        x = to_tensor(name, x, device=self.log_prior.device, float_dtype=self.dtype)
         if x.dim() != 2:
             raise fail(name, "a 2-D tensor of shape (n_samples, n_features)", f"shape {tuple(x.shape)}")
         if x.layout != torch.strided and not self.accepts_sparse:
@@ -403,14 +409,13 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             raise fail("options", "no options for the closed-form fit", sorted(options))
         return ClosedFormFitter(self, validate=validate)
 
-    def check_data(self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
-                   promote: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-        """Validate features, labels and weights; return ``(x, y)`` with long labels
-        (``x`` as :meth:`check_features` returns it)."""
+    def check_data(self, x, y, weight=None, promote: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Validate features, labels and weights (tensors or array-likes); return
+        ``(x, y)`` with long labels (``x`` as :meth:`check_features` returns it)."""
         x = self.check_features(x, promote=promote)
-        if not isinstance(y, torch.Tensor):
-            raise fail("y", "a torch.Tensor", type(y).__name__)
+        y = to_tensor("y", y, device=x.device)
         check_same_length(["X", "y"], x, y)
+        weight = as_tensor("weight", weight, x)
         check_weight(weight, x.shape[0])
         return x, self.family.check_target(y, self.n_classes)
 
@@ -419,8 +424,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         """Maximum likelihood fit in one pass (in place).
 
         Args:
-            x: features (n_samples, n_features); dense, or torch sparse COO/CSR
-                for the count models.
+            x: features (n_samples, n_features): a tensor or an array-like (NumPy,
+                pandas: its column names become ``feature_names``); dense, or
+                sparse (torch COO/CSR, scipy.sparse) for the count models.
             y: class labels in ``0..K-1``, shape (n_samples,).
             weight: optional non-negative sample weights (n_samples,): every
                 sufficient statistic becomes a weighted sum.
@@ -437,6 +443,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             InputError: invalid data, an empty class, or a statistic that
                 admits no estimate (see the subclass).
         """
+        names = feature_names_of(x)
+        if weight is not None:
+            weight = to_tensor("weight", weight, device=self.log_prior.device)
         x, y = self.check_data(x, y, weight, promote=True)
         fitter = self.make_fitter(validate=False)
         if x.layout != torch.strided:
@@ -445,7 +454,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             batches = [Batch(x, y, weight)]
         else:
             batches = TensorBatches(x, y, weight, batch_size=batch_size)
-        return run_passes(fitter, batches, max_passes=1)
+        result = run_passes(fitter, batches, max_passes=1)
+        self.feature_names = names
+        return result
 
     def _check_class_count(self, class_count: torch.Tensor) -> None:
         empty = (class_count <= 0).nonzero().flatten()

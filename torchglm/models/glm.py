@@ -20,6 +20,7 @@ from torch import nn
 
 from ._fitted import FittedFlag
 from .._validation import (
+    as_data,
     as_tensor,
     check_classes,
     check_features,
@@ -29,7 +30,7 @@ from .._validation import (
     check_same_length,
     check_weight,
     fail,
-    per_sample_tensors,
+    to_tensor,
 )
 from ..families import Family, get_family
 from ..links import Link
@@ -83,6 +84,9 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         self.n_classes = n_classes
         self.l2 = float(l2)
         self.fit_intercept = fit_intercept
+        #: column names of the last fit's DataFrame (``None`` for arrays and tensors);
+        #: :func:`~torchglm.glm_results` names the coefficients after them.
+        self.feature_names: list[str] | None = None
         n_out = self.family.n_outputs(n_classes)
         self.linear = nn.Linear(n_features, n_out, bias=fit_intercept, dtype=dtype)
         nn.init.zeros_(self.linear.weight)
@@ -109,23 +113,29 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
             eta = eta + offset
         return eta
 
-    def _check_predict(
-        self, x: torch.Tensor, offset: torch.Tensor | None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def as_data(self, x, y=None, weight=None, offset=None):
+        """Array-likes (NumPy, pandas, scipy.sparse, lists) as tensors on the model's
+        device (:func:`~torchglm._validation.as_data`); integer features become the
+        model's dtype, floating ones keep their precision."""
+        p = self.linear.weight
+        return as_data(x, y, weight, offset, device=p.device, float_dtype=p.dtype)
+
+    def _check_predict(self, x, offset) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Validate prediction inputs like :meth:`check_data` and cast them to the
         parameters' dtype and device."""
         self.check_fitted()
+        p = self.linear.weight
+        x = to_tensor("X", x, device=p.device, float_dtype=p.dtype)
         check_features("X", x, self.n_features)
         offset = as_tensor("offset", offset, x)
         check_offset(offset, x.shape[0])
-        p = self.linear.weight
         x = x.to(device=p.device, dtype=p.dtype)
         if offset is not None:
             offset = offset.to(device=p.device, dtype=p.dtype)
         return x, offset
 
     @torch.no_grad()
-    def predict_proba(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+    def predict_proba(self, x, offset=None) -> torch.Tensor:
         """The mean ``mu = g^{-1}(eta)``: p(C_1|x) of shape (n,) for binary models,
         class probabilities (n, K) for softmax, E[y|x] for regression families.
 
@@ -133,7 +143,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         unchecked path for code that needs gradients or predicts mid-fit.
 
         Args:
-            x: features (n_samples, n_features); cast to the model's dtype and device.
+            x: features (n_samples, n_features): a tensor, NumPy array, pandas
+                DataFrame or scipy.sparse matrix; cast to the model's dtype and device.
             offset: optional known term added to eta, shape (n_samples,).
 
         Returns:
@@ -147,11 +158,18 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         return self.family.mean(self(x, offset))
 
     @torch.no_grad()
-    def predict(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
+    def predict(self, x, offset=None) -> torch.Tensor:
         """Labels (classifiers) or the predicted mean (regression families); checked
         like :meth:`predict_proba`."""
         x, offset = self._check_predict(x, offset)
         return self.family.predict(self(x, offset))
+
+    @torch.no_grad()
+    def predict_eta(self, x, offset=None) -> torch.Tensor:
+        """The linear predictor ``eta``, checked and cast like :meth:`predict_proba`
+        (the validated, detached counterpart of :meth:`forward`): (n,) or (n, K)."""
+        x, offset = self._check_predict(x, offset)
+        return self(x, offset)
 
     # -- objective ----------------------------------------------------------
     def penalty(self) -> torch.Tensor:
@@ -189,8 +207,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         with ``y`` in the dtype the family expects.
 
         Args:
-            x, y, weight, offset: as in :meth:`loss` (tensors; :meth:`fit` and
-                :meth:`loss` convert array-like weights and offsets first).
+            x, y, weight, offset: as in :meth:`loss`, as tensors (:meth:`fit` and
+                :meth:`loss` convert array-likes first, :meth:`as_data`).
             fitting: the data are to be fitted: a classifier then needs at least
                 two classes among the rows of positive weight (scikit-learn's rule;
                 with one class the MLE has an infinite intercept). ``False`` for
@@ -235,7 +253,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         Raises:
             InputError: on wrong shapes, non-finite values or invalid targets.
         """
-        weight, offset = per_sample_tensors(x, weight, offset)
+        x, y, weight, offset = self.as_data(x, y, weight, offset)
         x, y = self.check_data(x, y, weight, offset, fitting=False)
         return self.objective(x, y, weight, offset)
 
@@ -251,7 +269,9 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
     def fit(self, x, y, weight=None, offset=None, solver: str = "auto", **options):
         """Fit in place without a Trainer; see :func:`torchglm.solvers.fit`.
 
-        ``weight`` and ``offset`` may be array-likes (converted to ``x``'s dtype).
+        ``x``, ``y``, ``weight`` and ``offset`` may be tensors or array-likes
+        (NumPy, pandas, scipy.sparse; see :meth:`as_data`). A DataFrame's column
+        names become :attr:`feature_names`.
 
         Raises:
             InputError: invalid data (see :meth:`check_data`), among them class
@@ -260,9 +280,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """
         from ..solvers import fit as _fit
 
-        weight, offset = per_sample_tensors(x, weight, offset)
         return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
-
 
     def extra_repr(self) -> str:
         return f"family={self.family!r}, n_classes={self.n_classes}, l2={self.l2}"

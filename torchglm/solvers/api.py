@@ -12,7 +12,7 @@ import inspect
 
 import torch
 
-from .._validation import fail
+from .._validation import fail, feature_names_of
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
 from .derivatives import hessian_cost
@@ -94,7 +94,9 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
 
     Args:
         model: a ``GeneralizedLinearModel`` (its parameters are the start).
-        x: features (n_samples, n_features); y: targets (n_samples,).
+        x: features (n_samples, n_features); y: targets (n_samples,). Tensors or
+            array-likes (NumPy, pandas, scipy.sparse: see ``model.as_data``);
+            a DataFrame's column names become ``model.feature_names``.
         weight: optional sample weights (n_samples,); offset: optional (n_samples,).
         solver: a name in :data:`SOLVERS` or ``"auto"``.
         batch_size: rows per batch (``None``: one batch). The iterates do not
@@ -124,6 +126,8 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
         >>> result.converged
         True
     """
+    names = feature_names_of(x)
+    x, y, weight, offset = model.as_data(x, y, weight, offset)
     x, y = model.check_data(x, y, weight, offset)
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
     if name not in SOLVERS:
@@ -158,6 +162,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
         if "separation" in result.extra:
             break
     model.mark_fitted()
+    model.feature_names = names
     result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
     return result
 

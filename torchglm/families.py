@@ -127,6 +127,22 @@ class Family:
     def _nll(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def nll_derivatives(self, eta: torch.Tensor, y: torch.Tensor, order: int):
+        """Closed-form ``(nll, d1)`` (``order=1``) or ``(nll, d1, d2)`` (``order=2``),
+        the per-sample NLL and its observed derivatives with respect to eta, or
+        ``None`` where the family and link have none: then
+        :func:`torchglm.solvers.derivatives.eta_derivatives` differentiates
+        :meth:`nll` with :mod:`torch.func`. Closed forms cost one elementwise pass.
+
+        A canonical link (``eta = theta``) gives ``dl/deta = mu - y`` and
+        ``d2l/deta2 = V(mu) = dmu/deta`` (seed 000, "Exponential families and GLM");
+        used where the link needs no domain mask."""
+        if self.multi_output or self._masked or not self.is_canonical:
+            return None
+        y = y.to(eta.dtype)
+        nll, d1 = self.nll(eta, y), self.mean(eta) - y
+        return (nll, d1) if order == 1 else (nll, d1, self.link.inverse_derivative(eta))
+
     def valid_eta(self, eta: torch.Tensor) -> torch.Tensor:
         """Boolean mask of the eta values whose mean lies in the family's domain."""
         return self._valid_mean(self.mean(eta))
@@ -297,6 +313,23 @@ class _Binary(Family):
         t0 = torch.where(has0, (1 - y) * self.link.log1m_inverse(torch.where(has0, eta, zero)), zero)
         return -(t1 + t0)
 
+    def nll_derivatives(self, eta, y, order):
+        # l = -(y log mu + (1 - y) log(1 - mu)) from the link's log mu, log(1 - mu).
+        y = y.to(eta.dtype)
+        if self.is_canonical:
+            # Logit: dl/deta = mu - y = (1 - y) mu - y (1 - mu), d2l/deta2 = mu (1 - mu),
+            # all from the logs (mu - 1 would round to 0 once mu is within eps of 1).
+            a0, b0 = self.link.log_inverse(eta), self.link.log1m_inverse(eta)
+            nll, d1 = -(y * a0 + (1 - y) * b0), (1 - y) * a0.exp() - y * b0.exp()
+            return (nll, d1) if order == 1 else (nll, d1, (a0 + b0).exp())
+        # Other links: their closed-form derivatives of log mu and log(1 - mu), where
+        # finite for every eta (probit).
+        parts = self.link.log_mean_derivatives(eta, order)
+        if parts is None:
+            return None
+        out = [-(y * a + (1 - y) * b) for a, b in zip(parts[::2], parts[1::2])]
+        return tuple(out)
+
     def _valid_mean(self, mu):
         # mu = 0 only by underflow (e^eta at eta = -1e4 for the log link): the NLL
         # -y eta stays finite there, so it is inside the domain.
@@ -406,6 +439,18 @@ class Categorical(Family):
 
     def _nll(self, eta, y):
         return F.cross_entropy(eta, y, reduction="none")
+
+    def nll_derivatives(self, eta, y, order):
+        # Canonical softmax: dl/deta = mu - onehot(y), d2l/deta2 = diag(mu) - mu mu^T.
+        if not self.is_canonical:
+            return None
+        log_mu = torch.log_softmax(eta, dim=-1)
+        nll = -log_mu.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        mu = log_mu.exp()
+        d1 = mu.scatter_add(-1, y.unsqueeze(-1), torch.full_like(nll, -1.0).unsqueeze(-1))
+        if order == 1:
+            return nll, d1
+        return nll, d1, torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
 
     def saturated_nll(self, y):
         return torch.zeros(y.shape, dtype=torch.get_default_dtype(), device=y.device)

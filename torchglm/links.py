@@ -70,6 +70,15 @@ class Link:
         """log(1 - mu), for links onto (0, 1)."""
         return torch.log1p(-self.inverse(eta))
 
+    def log_mean_derivatives(self, eta: torch.Tensor, order: int):
+        """``log mu``, ``log(1 - mu)`` and their closed-form derivatives with respect
+        to eta, for links onto (0, 1): ``(a0, b0, a1, b1)`` for ``order=1`` and
+        ``(a0, b0, a1, b1, a2, b2)`` for ``order=2`` (``a`` for ``log mu``, ``b`` for
+        ``log(1 - mu)``, the digit the order), or ``None`` where the link has none
+        (the binary families then differentiate their NLL with :mod:`torch.func`).
+        One elementwise pass over shared pieces, not an autodiff graph."""
+        return None
+
     def reciprocal_inverse(self, eta: torch.Tensor) -> torch.Tensor:
         """1 / mu, for the Gamma's ``y / mu`` (links override it where ``1 / g^{-1}``
         would overflow or lose its derivative: ``e^{-eta}`` for the log link)."""
@@ -177,6 +186,35 @@ def _ndtr_ratio_parts(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return r, s
 
 
+def _probit_parts(eta: torch.Tensor, order: int):
+    """``log Phi(eta)``, ``log Phi(-eta)``, ``r(eta)``, ``r(-eta)`` (and, for ``order=2``,
+    ``s(eta)``, ``s(-eta)``) with ``r = phi / Phi`` and ``s(t) = t + r(t)``, from one
+    ``erfcx`` and one ``exp`` per element.
+
+    With ``a = |eta|``, Mills' ratio ``m = (1 - Phi(a)) / phi(a) = sqrt(pi/2) erfcx(a / sqrt 2)``
+    gives the tail ``T = Phi(-a) = phi(a) m`` without underflow in its logarithm:
+    ``log Phi(-a) = -a^2/2 - log sqrt(2 pi) + log m``, ``r(-a) = 1 / m``,
+    ``s(-a) = (1 - a m) / m`` (:func:`_mills_asymptotic` for ``a >= 20``); the other
+    side is ``log Phi(a) = log1p(-T)``, ``r(a) = phi(a) / (1 - T)``, ``s(a) = a + r(a)``.
+    """
+    neg = eta < 0
+    a = eta.abs()
+    m = math.sqrt(0.5 * math.pi) * torch.special.erfcx(a * _SQRT_HALF)
+    e = torch.exp(-0.5 * a * a) / _SQRT_2PI
+    tail = e * m
+    log_small = -0.5 * a * a - 0.5 * math.log(2.0 * math.pi) + torch.log(m)
+    log_big = torch.log1p(-tail)
+    r_small, r_big = 1.0 / m, e / (1.0 - tail)
+    out = [torch.where(neg, log_small, log_big), torch.where(neg, log_big, log_small),
+           torch.where(neg, r_small, r_big), torch.where(neg, r_big, r_small)]
+    if order == 2:
+        big = a >= 20.0
+        q = torch.where(big, _mills_asymptotic(torch.where(big, a, torch.full_like(a, 20.0))), 1.0 - a * m)
+        s_small, s_big = q / m, a + r_big
+        out += [torch.where(neg, s_small, s_big), torch.where(neg, s_big, s_small)]
+    return tuple(out)
+
+
 class _ElementwiseFunction(torch.autograd.Function):
     """An elementwise ``f(eta)`` with a hand-written derivative ``f'(eta)``
     (:meth:`derivative`), for reverse mode, forward mode and ``vmap`` alike."""
@@ -255,6 +293,15 @@ class Probit(Link):
     def log1m_inverse(self, eta):
         # 1 - Phi(eta) = Phi(-eta): no cancellation in the upper tail.
         return _LogNdtr.apply(-eta)
+
+    def log_mean_derivatives(self, eta, order):
+        # (log Phi)' = r = phi / Phi, (log Phi)'' = -r (eta + r); log(1 - Phi(eta)) = log Phi(-eta).
+        parts = _probit_parts(eta, order)
+        if order == 1:
+            lp, lq, r, r_neg = parts
+            return lp, lq, r, -r_neg
+        lp, lq, r, r_neg, s, s_neg = parts
+        return lp, lq, r, -r_neg, -r * s, -r_neg * s_neg
 
 
 class CLogLog(Link):

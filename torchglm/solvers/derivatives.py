@@ -69,7 +69,28 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
     Returns:
         ``nll`` (n,), ``d1`` like ``eta`` and, for ``order=2``, ``d2`` of shape (n,)
         or (n, K, K).
+
+    Closed forms come from :meth:`Family.nll_derivatives` where the family has
+    them (logit, probit, canonical softmax: one elementwise pass); otherwise
+    :mod:`torch.func` differentiates ``family.nll``.
     """
+
+    if order == 2 and expected and eta.dim() == 1:
+        nll, d1 = eta_derivatives(family, eta, y, order=1)
+        link = family.link
+        dmu = link.inverse_derivative(eta)
+        if family.is_canonical:
+            # A canonical link has V(mu) = |dmu/deta|, so (dmu/deta)^2 / V(mu) is
+            # |dmu/deta|: no 0/0 where the fitted mean saturates (separation).
+            d2 = dmu.abs()
+        else:
+            v = family.variance(link.inverse(eta))
+            # Where V(mu) underflows to 0 the weight's limit is 0 (dmu/deta -> 0 faster).
+            d2 = torch.where(v > 0, dmu * dmu / v, torch.zeros_like(v))
+        return nll, d1, d2
+    closed = family.nll_derivatives(eta, y, order)
+    if closed is not None:
+        return closed
 
     def total(e):
         nll = family.nll(e, y)
@@ -83,27 +104,10 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
             d1, nll = grad(total, has_aux=True)(e)
             return d1.sum(), (d1, nll)
 
-        if expected:
-            d1, nll = grad(total, has_aux=True)(eta)
-            link = family.link
-            dmu = link.inverse_derivative(eta)
-            if family.is_canonical:
-                # A canonical link has V(mu) = |dmu/deta|, so (dmu/deta)^2 / V(mu) is
-                # |dmu/deta|: no 0/0 where the fitted mean saturates (separation).
-                d2 = dmu.abs()
-            else:
-                v = family.variance(link.inverse(eta))
-                # Where V(mu) underflows to 0 the weight's limit is 0 (dmu/deta -> 0 faster).
-                d2 = torch.where(v > 0, dmu * dmu / v, torch.zeros_like(v))
-            return nll, d1, d2
         # The Hessian of sum_i l_i w.r.t. eta is diagonal, so grad(sum_i dl_i/deta_i) is it.
         d2, (d1, nll) = grad(d1_sum, has_aux=True)(eta)
         return nll, d1, d2
     d1, nll = grad(total, has_aux=True)(eta)
-    if family.is_canonical:
-        # Canonical link: the eta-Hessian of the NLL is the Jacobian d mu / d eta
-        # (``diag(p) - p p^T`` for softmax), one closed form instead of K backward passes.
-        return nll, d1, family.link.inverse_derivative(eta)
 
     def hessian_row(v):
         # Row k of every per-sample block: d/deta of sum_i dl_i/deta_ik.
@@ -235,9 +239,13 @@ class PassSums:
             x = x.to_sparse_coo()
         y = batch.y
         eta = self.eta(x, batch.offset)
-        if self.curvature is None:
+        # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
+        # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
+        probs = (not self.scalar and self.family.is_canonical
+                 and self.curvature in ("diag", "hvp"))
+        if self.curvature is None or probs:
             nll, d1 = eta_derivatives(self.family, eta, y, order=1)
-            d2 = None
+            d2 = self.family.mean(eta) if probs else None
         else:
             nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
                                           expected=self.expected)
@@ -261,7 +269,8 @@ class PassSums:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
         if s is not None:
             nll, d1 = s * nll, _scale(d1, s)
-            d2 = None if d2 is None else _scale(d2, s)
+            if d2 is not None and not probs:
+                d2 = _scale(d2, s)
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
@@ -275,36 +284,47 @@ class PassSums:
         elif self.hess is not None:
             self._add_hessian(x, d2)
         else:
-            self._add_diag(x, d2)
+            curv = _Curvature(d2, s if probs else None, probs)
+            self._add_diag(x, curv)
             if self.curvature == "hvp":
-                self.stored.append((x, d2))
+                self.stored.append((x, curv))
 
     def _add_hessian(self, x, d2):
+        """``X~^T diag(h_kl) X~`` for every class pair ``k <= l`` (``h`` symmetric):
+        per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once."""
         m, d = self.m, self.d
-        md, dt = m * d, d + self.has_bias
-        blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
-        # B[k, l] = X~^T diag(h_kl) X~ with X~ = [X, 1], summed over row chunks of
-        # ~1 MB so that X~ and h * X~ stay in cache.
-        B = torch.zeros(m, m, dt, dt, dtype=x.dtype, device=x.device)
-        rows = max(256, 2**17 // dt)
+        md = m * d
+        pairs = torch.triu_indices(m, m, device=x.device)  # (2, P), k <= l
+        P = pairs.shape[1]
+        hp = d2.unsqueeze(-1) if d2.dim() == 1 else d2[:, pairs[0], pairs[1]]  # (n, P)
+        B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
+        Bb = torch.zeros(P * d, dtype=x.dtype, device=x.device)
+        rows = _chunk_rows(x, P * d)
         for i in range(0, x.shape[0], rows):
-            xc, bc = x[i:i + rows], blocks[i:i + rows]
+            xc, hc = x[i:i + rows], hp[i:i + rows]
+            hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
+            B.addmm_(xc.T, hx)
             if self.has_bias:
-                xc = torch.cat([xc, torch.ones_like(xc[:, :1])], 1)
-            # The per-sample blocks are symmetric (h_kl = h_lk): each pair once.
-            for k in range(m):
-                for l in range(k, m):
-                    B[k, l] += xc.T @ (xc * bc[:, k, l].unsqueeze(-1))
-        for k in range(m):
-            for l in range(k + 1, m):
-                B[l, k] = B[k, l].T
-        # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B[k, l, i, j].
+                Bb += hx.sum(0)
+        # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
+        B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
+        full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
+        full[pairs[0], pairs[1]] = B
+        full[pairs[1], pairs[0]] = B.transpose(1, 2)
         H = self.hess
-        H[:md, :md] += B[:, :, :d, :d].permute(0, 2, 1, 3).reshape(md, md)
+        H[:md, :md] += full.permute(0, 2, 1, 3).reshape(md, md)
         if self.has_bias:
-            H[:md, md:] += B[:, :, :d, d].permute(0, 2, 1).reshape(md, m)
-            H[md:, :md] += B[:, :, d, :d].reshape(m, md)
-            H[md:, md:] += B[:, :, d, d]
+            cross = torch.zeros(m, m, d, dtype=x.dtype, device=x.device)
+            Bb = Bb.view(P, d)
+            cross[pairs[0], pairs[1]] = Bb
+            cross[pairs[1], pairs[0]] = Bb
+            H[:md, md:] += cross.permute(0, 2, 1).reshape(md, m)
+            H[md:, :md] += cross.permute(1, 0, 2).reshape(m, md)
+            corner = torch.zeros(m, m, dtype=x.dtype, device=x.device)
+            hs = hp.sum(0)
+            corner[pairs[0], pairs[1]] = hs
+            corner[pairs[1], pairs[0]] = hs
+            H[md:, md:] += corner
 
     def _add_hessian_sparse(self, x, d2):
         """``X^T diag(h_kl) X`` for a sparse COO ``x``: a sparse-sparse product per class
@@ -329,10 +349,10 @@ class PassSums:
                         H[md + b, a * d:(a + 1) * d] += xh_sum
                         H[md + a, md + b] += hs
 
-    def _add_diag(self, x, d2):
+    def _add_diag(self, x, curv: "_Curvature"):
         m, d = self.m, self.d
-        h = d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
-        self.diag[: m * d] += _rt_x(h, x * x).reshape(-1)
+        h = curv.diagonal()  # (n, m)
+        self.diag[: m * d] += _rt_x(h, x, square=True).reshape(-1)
         if self.has_bias:
             self.diag[m * d:] += h.sum(0)
 
@@ -370,11 +390,11 @@ class PassSums:
         V = v[: m * d].view(m, d)
         c = v[m * d:] if self.has_bias else None
         out = torch.zeros_like(v)
-        for x, d2 in self.stored:
+        for x, curv in self.stored:
             u = x @ V.T  # (n, m): the directional change of eta
             if c is not None:
                 u = u + c
-            hu = d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+            hu = curv.apply(u)
             out[: m * d] += _rt_x(hu, x).reshape(-1)
             if c is not None:
                 out[m * d:] += hu.sum(0)
@@ -382,9 +402,54 @@ class PassSums:
         return out / self.weight_sum + self.l2 * self.mask * v
 
 
-def _rt_x(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """``r^T x`` for a dense ``r`` (n, m) and a dense or sparse COO ``x`` (n, d)."""
-    return (x.t() @ r).T if x.is_sparse else r.T @ x
+class _Curvature:
+    """The eta-curvature of one batch: ``h`` (n,) per sample, ``K x K`` blocks
+    (n, K, K), or for the canonical softmax (``probs``) the means ``mu`` (n, K) and
+    sample weights ``s``, ``H_i = s_i (diag(mu_i) - mu_i mu_i^T)`` (O(nK), not O(nK^2))."""
+
+    def __init__(self, d2: torch.Tensor, weight: torch.Tensor | None = None, probs: bool = False):
+        self.d2, self.weight, self.probs = d2, weight, probs
+
+    def diagonal(self) -> torch.Tensor:
+        """``H_i[k, k]``, shape (n, m)."""
+        d2 = self.d2
+        if self.probs:
+            h = d2 * (1 - d2)
+            return h if self.weight is None else _scale(h, self.weight)
+        return d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
+
+    def apply(self, u: torch.Tensor) -> torch.Tensor:
+        """``H_i u_i`` for ``u`` of shape (n, m)."""
+        d2 = self.d2
+        if self.probs:
+            hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
+            return hu if self.weight is None else _scale(hu, self.weight)
+        return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+
+def _chunk_rows(x: torch.Tensor, width: int) -> int:
+    """Rows per chunk for products over ``width`` columns: about 2^16 elements on a
+    CPU (the chunk and its products stay in cache), 2^26 on an accelerator (few,
+    large kernels)."""
+    budget = 2**16 if x.device.type == "cpu" else 2**26
+    return max(256, budget // max(width, 1))
+
+
+def _rt_x(r: torch.Tensor, x: torch.Tensor, square: bool = False) -> torch.Tensor:
+    """``r^T x`` (or ``r^T (x * x)`` with ``square``) for a dense ``r`` (n, m) and a
+    dense or sparse COO ``x`` (n, d); dense products are summed over row chunks, so
+    neither ``x * x`` nor a badly shaped ``(m x n) (n x d)`` product is formed whole."""
+    if x.is_sparse:
+        return (x.t() @ r).T if not square else ((x * x).t() @ r).T
+    n = x.shape[0]
+    rows = _chunk_rows(x, x.shape[1])
+    if not square and (r.shape[1] == 1 or rows >= n):
+        return r.T @ x
+    out = torch.zeros(r.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
+    for i in range(0, n, rows):
+        xc = x[i:i + rows]
+        out.addmm_(r[i:i + rows].T, xc * xc if square else xc)
+    return out
 
 
 def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -135,6 +135,18 @@ class LBFGSFitter(StepFitter):
         self.memory = memory
         self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
+    def state_dict(self) -> dict:
+        """What a fitter rebuilt at the accepted point (``model`` holds it) needs to go
+        on along the same iterates: the stored pairs and the finishing phase."""
+        return {"pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
+                "finishing": self.finishing, "finish_from": self.finish_from}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` into a fitter made at the same accepted point."""
+        device = self.theta.device
+        self.pairs = [tuple(t.to(device, self.dtype) for t in p) for p in state["pairs"]]
+        self.finishing, self.finish_from = state["finishing"], state["finish_from"]
+
     def on_accept(self, s: PassSums, step: float) -> None:
         if self.base is None or step == 0:
             return

@@ -2,11 +2,13 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import pytorch_lightning as pl
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,25 +24,41 @@ def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, env=env, cwd=run_dir.parent)
 
 
+class KillMidEpoch(pl.Callback):
+    """SIGKILL (no cleanup) after batch ``batch`` of epoch ``epoch``: mid-epoch, mid-pass."""
+
+    def __init__(self, epoch: int, batch: int = 1):
+        self.epoch, self.batch = epoch, batch
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
     state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
     return {k: v for k, v in state.items() if k.startswith("model.")}
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("solver", ["sgd", "newton"])
+@pytest.mark.parametrize("solver", ["sgd", "newton", "lbfgs"])
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
-    extra = ["--model.solver", solver] + (["--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "30"]
-                                          if solver == "newton" else [])
+    # lbfgs: killed at pass 8, with stored pairs (its memory) to restore
+    extra = ["--model.solver", solver] + (["--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "60"]
+                                          if solver != "sgd" else [])
     full = _train(tmp_path / "full", *extra)
     assert full.returncode == 0, full.stderr[-2000:]
 
-    killed = _train(tmp_path / "killed", *extra, "--trainer.callbacks+=killer.KillAtEpoch",
-                    "--trainer.callbacks.epoch", "3")
+    # tiny.yaml: 120 training rows in batches of 32, so batch 1 is mid-epoch (mid-pass)
+    killed = _train(tmp_path / "killed", *extra, "--trainer.callbacks+=test_resume.KillMidEpoch",
+                    "--trainer.callbacks.epoch", "8" if solver == "lbfgs" else "3")
     assert killed.returncode == -9  # SIGKILL: no cleanup ran
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert last.is_file()
-    assert torch.load(last, map_location="cpu", weights_only=False)["epoch"] == 2  # loadable
+    state = torch.load(last, map_location="cpu", weights_only=False)  # loadable
+    assert state["epoch"] == (7 if solver == "lbfgs" else 2)
+    if solver == "lbfgs":
+        assert state["torchglm"]["fitter_state"]["pairs"]  # the memory that resume restores
 
     resumed = _train(tmp_path / "killed", *extra, "--resume", str(last))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
@@ -52,10 +70,15 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
         torch.testing.assert_close(got[k], want[k], rtol=0, atol=1e-12, msg=k)
     fits = [json.loads((tmp_path / r / "metrics.json").read_text())["fit"] for r in ("full", "killed")]
     assert fits[0]["n_iter"] == fits[1]["n_iter"] and fits[0]["converged"] == fits[1]["converged"]
+    # the reported fit time covers the killed part too (up to its last checkpoint)
+    assert fits[1]["resumed_from"] == str(last)
+    assert fits[1]["seconds"] >= round(state["torchglm"]["fit_seconds"], 3) > 0
 
 
 def test_resume_from_a_missing_checkpoint_is_an_error(tmp_path):
     run = _train(tmp_path / "run", "--resume", str(tmp_path / "nope.ckpt"))
     assert run.returncode != 0
+    assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert "resume: expected an existing checkpoint file" in run.stderr
-    assert not (tmp_path / "run" / "checkpoints").exists()
+    assert "run once without --resume first" in run.stderr
+    assert not (tmp_path / "run").exists()

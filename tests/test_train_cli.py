@@ -1,11 +1,12 @@
 """train.py end to end: outputs, predict mode, config handling and every bad input
-(one error line, exit status 2, no checkpoint and no metrics file)."""
+(one error line, exit status 2, and no run directory left behind)."""
 
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -64,8 +65,12 @@ def test_end_to_end_subprocess_and_predict(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "accuracy" in proc.stdout and "run directory" in proc.stdout
     assert list(run_dir.glob("events.out.tfevents.*"))
-    ckpt = run_dir / "checkpoints" / "best.ckpt"
+    # one reported model, the resume state, and no other checkpoint name
+    ckpt = run_dir / "model.ckpt"
     assert ckpt.is_file() and (run_dir / "config.yaml").is_file()
+    assert sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*.ckpt")) == [
+        "checkpoints/last.ckpt", "model.ckpt"]
+    assert not (run_dir / ".lock").exists()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["checkpoint"] == str(ckpt) and metrics["fit"]["epochs"] == 3
     for split in ("train", "val", "test"):
@@ -81,7 +86,7 @@ def test_end_to_end_subprocess_and_predict(tmp_path):
     data = tmp_path / "in.csv"
     data.write_text("x0,x1\n" + "\n".join(f"{float(a)!r},{float(b)!r}" for a, b in ds.x))
     out = tmp_path / "pred.csv"
-    assert main(["predict", "--ckpt_path", str(ckpt), "--input", str(data), "--output", str(out)]) == 0
+    assert main(["predict", "--run_dir", str(run_dir), "--input", str(data), "--output", str(out)]) == 0
     pred = np.genfromtxt(out, delimiter=",", names=True)
     state = torch.load(ckpt, weights_only=True)["state_dict"]
     dm = GLMDataModule("gaussians2", dataset_options={"n_samples": 200})
@@ -117,8 +122,10 @@ def test_pass_based_solver_writes_checkpoint_and_predicts(tmp_path, solver):
                  "--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "50"]) == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["fit"]["converged"] and metrics["fit"]["solver"] == solver
-    ckpt = run_dir / "checkpoints" / "best.ckpt"
-    assert ckpt.is_file()
+    ckpt = run_dir / "model.ckpt"
+    assert metrics["checkpoint"] == str(ckpt)
+    # no "best epoch" checkpoint of an intermediate iterate exists
+    assert sorted(p.name for p in run_dir.rglob("*.ckpt")) == ["last.ckpt", "model.ckpt"]
     # the checkpoint holds the solver's optimum: same weights as solvers.fit on the training split
     from torchglm import LogisticRegression
     from torchglm.data.module import GLMDataModule
@@ -130,11 +137,17 @@ def test_pass_based_solver_writes_checkpoint_and_predicts(tmp_path, solver):
     fit(ref, *dm.split("train"), solver=solver)
     state = torch.load(ckpt, weights_only=True)["state_dict"]
     torch.testing.assert_close(state["model.linear.weight"], ref.linear.weight.detach(), rtol=1e-6, atol=1e-8)
+    assert bool(state["model._fitted"])
+    # metrics.json reports that model: its validation NLL recomputed from the checkpoint's weights
+    xv, yv = dm.split("val")
+    eta = xv @ state["model.linear.weight"][0] + state["model.linear.bias"][0]
+    nll = torch.nn.functional.binary_cross_entropy_with_logits(eta, yv.double()).item()
+    assert metrics["val"]["nll"] == pytest.approx(nll, rel=1e-6)
 
 
-def test_help_and_print_config(capsys):
+def test_help_all_and_print_config(capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["--help"])
+        main(["--help"])  # the full LightningCLI help (torchglm --help-all)
     assert exc.value.code == 0
     text = capsys.readouterr().out
     for option in ("--model.solver", "--model.optimizer", "--data.batch_size", "--data.source", "--run_dir",
@@ -207,8 +220,8 @@ def test_bad_input(tmp_path, files, capsys, case, extra, message):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and message in err[0], err
-    # nothing that looks like a result was left behind
-    assert _outputs(run_dir) == []
+    # nothing was left behind: the run directory did not exist before
+    assert _outputs(run_dir) == [] and not run_dir.exists()
 
 
 @pytest.mark.slow
@@ -229,6 +242,32 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     for split in ("train", "val", "test"):
         for k, v in one[split].items():
             assert two[split][k] == pytest.approx(v, rel=1e-6, abs=1e-7), (split, k)
-    w1, w2 = (torch.load(tmp_path / d / "checkpoints" / "best.ckpt", weights_only=True)["state_dict"]
+    w1, w2 = (torch.load(tmp_path / d / "model.ckpt", weights_only=True)["state_dict"]
               for d in ("one", "two"))
     torch.testing.assert_close(w1["model.linear.weight"], w2["model.linear.weight"], rtol=1e-9, atol=1e-10)
+
+
+class LastSeen(pl.Callback):
+    """At each epoch's start, the epoch stored in checkpoints/last.ckpt (None if absent)."""
+
+    seen: ClassVar[list] = []
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        path = Path(trainer.default_root_dir) / "checkpoints" / "last.ckpt"
+        LastSeen.seen.append(torch.load(path, weights_only=False)["epoch"] if path.is_file() else None)
+
+
+@pytest.mark.parametrize("solver", ["sgd", "newton"])
+def test_last_ckpt_after_every_epoch(tmp_path, solver):
+    # Adam with lr=2 makes the validation loss go up and down, so "only with a new best"
+    # (Lightning 2.6's ModelCheckpoint save_last) would skip epochs.
+    LastSeen.seen = []
+    extra = (["--model.optimizer.init_args.lr", "2.0"] if solver == "sgd"
+             else ["--model.solver", "newton", "--model.model.init_args.l2", "0.01"])
+    assert main(["--config", TINY, "--run_dir", str(tmp_path / "run"), "--trainer.max_epochs", "8",
+                 "--early_stopping.patience", "100", "--trainer.callbacks+=test_train_cli.LastSeen", *extra]) == 0
+    n = len(LastSeen.seen)
+    assert n >= 3 and LastSeen.seen == [None, *range(n - 1)]
+    # and once more at the end of the fit (then holding what other callbacks added)
+    last = torch.load(tmp_path / "run" / "checkpoints" / "last.ckpt", weights_only=False)
+    assert last["epoch"] == n

@@ -1,10 +1,17 @@
 """Lightning layer: the thin task, metrics and the ``train.py`` CLI.
 
-Importing this package imports Lightning; ``import torchglm`` does not.
+Importing this package is cheap; its classes import Lightning on first access
+(``torchglm.training.GLMTask``), so ``torchglm --help`` answers at once.
 """
 
-from ..data.module import GLMDataModule
-from .metrics import GLMMetrics
-from .task import GLMTask
-
 __all__ = ["GLMDataModule", "GLMMetrics", "GLMTask"]
+
+_HOMES = {"GLMDataModule": "..data.module", "GLMMetrics": ".metrics", "GLMTask": ".task"}
+
+
+def __getattr__(name: str):
+    if name in _HOMES:
+        import importlib
+
+        return getattr(importlib.import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module 'torchglm.training' has no attribute {name!r}")

@@ -1,42 +1,44 @@
 """``train.py``: LightningCLI over :class:`GLMTask` and :class:`GLMDataModule`.
 
-``python train.py --config configs/NAME.yaml`` validates the data against the
-model, then fits, validates and tests, prints a results table and writes, under
-the run directory: TensorBoard events, ``config.yaml``, ``checkpoints/best.ckpt``
-and ``metrics.json``. ``python train.py predict --ckpt_path ... --input ...
---output ...`` writes predictions of a saved model.
+``torchglm train --config configs/NAME.yaml`` (or ``python3 train.py --config
+...``) validates the data against the model, then fits, validates and tests,
+prints a results table and writes, under the run directory: TensorBoard events,
+``config.yaml``, ``model.ckpt`` (the reported model), ``checkpoints/last.ckpt``
+(the resume state, after every epoch) and ``metrics.json``.
+``torchglm predict --run_dir RUN --input ... --output ...`` writes predictions of
+a run's model (:mod:`.predict`).
 
-Bad input (a config or data error) prints one line ``error: <what is wrong>``
-and exits with status 2, before the run directory exists or, for errors found
-during fitting, after removing its checkpoints; ``metrics.json`` is written
-atomically, so it is either complete or absent.
+Bad input (a config, data or checkpoint error) prints one line ``error: <what is
+wrong>`` and exits with status 2, and the run directory is left as it was before
+the command (:class:`.rundir.RunDir`); ``metrics.json`` and ``model.ckpt`` are
+written atomically, so they are either complete or absent.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import re
-import shutil
 import sys
-import time
 import warnings
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import numpy as np
 import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from .._validation import InputError, check_finite, fail
-from ..data.files import read_table
+from .._validation import InputError, fail
 from ..data.module import GLMDataModule
+from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
+from .predict import predict_main
+from .rundir import RunDir, next_version
 from .task import GLMTask
 
-__all__ = ["GLMCLI", "main", "predict", "run"]
+__all__ = ["GLMCLI", "main", "run"]
 
 TRAINER_DEFAULTS = {
     "max_epochs": 100,
@@ -51,11 +53,15 @@ class GLMCLI(LightningCLI):
     Top-level config keys: ``model`` (:class:`GLMTask`), ``data``
     (:class:`GLMDataModule`), ``trainer`` (``pytorch_lightning.Trainer``; extra
     callbacks under ``trainer.callbacks`` as ``class_path``/``init_args``),
-    ``checkpoint`` (``ModelCheckpoint``), ``early_stopping`` (``EarlyStopping``),
-    ``run_dir`` and ``seed_everything``.
+    ``checkpoint`` (``ModelCheckpoint``: how ``sgd`` picks its best epoch),
+    ``early_stopping`` (``EarlyStopping``), ``run_dir``, ``resume`` and
+    ``seed_everything``.
     """
 
     def __init__(self, args: list[str] | None = None):
+        # The progress bar only on a terminal: in a log file it is kilobytes of
+        # control characters.
+        defaults = {**TRAINER_DEFAULTS, "enable_progress_bar": sys.stdout.isatty()}
         super().__init__(
             GLMTask,
             GLMDataModule,
@@ -63,22 +69,22 @@ class GLMCLI(LightningCLI):
             args=args,
             auto_configure_optimizers=False,
             seed_everything_default=0,
-            trainer_defaults=TRAINER_DEFAULTS,
+            trainer_defaults=defaults,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "prog": "train.py",
+            parser_kwargs={"exit_on_error": False, "prog": "torchglm train",
                            "description": "Fit, validate and test a torchglm model from a config file."},
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--run_dir", type=Optional[str], default=None,
+        parser.add_argument("--run_dir", type=str | None, default=None,
                             help="Output directory (default: runs/<config name>/version_<N>, the next free N).")
-        parser.add_argument("--resume", type=Optional[str], default=None,
-                            help="Checkpoint to resume fitting from (e.g. RUN_DIR/checkpoints/last.ckpt, "
-                                 "written after every epoch); use the same config and --run_dir.")
+        parser.add_argument("--resume", type=str | None, default=None,
+                            help="Go on with an interrupted run: RUN_DIR/checkpoints/last.ckpt (written after "
+                                 "every epoch) with the same config and --run_dir.")
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults({"checkpoint.monitor": "val/loss", "checkpoint.mode": "min",
                              "checkpoint.filename": "best", "checkpoint.auto_insert_metric_name": False,
-                             "checkpoint.save_last": True})
+                             "checkpoint.save_last": False})
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
         parser.set_defaults({"early_stopping.monitor": "val/loss", "early_stopping.mode": "min",
                              "early_stopping.patience": 20})
@@ -88,7 +94,15 @@ class GLMCLI(LightningCLI):
         kwargs["logger"] = TensorBoardLogger(save_dir=str(self.run_dir), name="", version="",
                                              default_hp_metric=False)
         kwargs["default_root_dir"] = str(self.run_dir)
-        return super().instantiate_trainer(**kwargs)
+        trainer = super().instantiate_trainer(**kwargs)
+        if not self.model.automatic_optimization:
+            # A pass-based fit's estimate is the solver's final iterate, never the
+            # epoch with the lowest validation loss: no "best" checkpoint of a stale
+            # iterate is written at all.
+            trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
+        self.last_checkpoint = LastCheckpoint(self.run_dir / "checkpoints")
+        trainer.callbacks.append(self.last_checkpoint)
+        return trainer
 
 
 def _resolve_run_dir(config) -> Path:
@@ -96,68 +110,159 @@ def _resolve_run_dir(config) -> Path:
         return Path(config["run_dir"])
     configs = config.get("config") or []
     name = Path(str(configs[-1])).stem if configs else "run"
-    root = Path("runs") / name
-    n = 0
-    while (root / f"version_{n}").exists():
-        n += 1
-    return root / f"version_{n}"
+    return next_version(Path("runs") / name)
+
+
+def _is_primary() -> bool:
+    """Rank 0 of the node group (Lightning's DDP launcher starts the other ranks
+    with ``LOCAL_RANK``/``NODE_RANK`` set): the process that owns the run directory."""
+    return os.environ.get("LOCAL_RANK", "0") == "0" and os.environ.get("NODE_RANK", "0") == "0"
+
+
+def _check_resumable(ckpt: dict[str, Any], task: GLMTask, path: str) -> None:
+    """The checkpoint must come from a fit of this config's model with this solver.
+
+    Raises:
+        InputError: another solver, another model or parameter shape, other features.
+    """
+    solver = ckpt.get("hyper_parameters", {}).get("solver")
+    if solver != task.solver:
+        raise fail("resume", f"a checkpoint of a '{task.solver}' fit (this config's solver)",
+                   f"'{path}' (a '{solver}' fit)")
+    theirs = ckpt["torchglm"].get("fit_result") or {}
+    if task.fitter is not None and theirs.get("solver") != task.fitter.result.solver:
+        raise fail("resume", f"a checkpoint of a '{task.fitter.result.solver}' fit (this config's solver)",
+                   f"'{path}' (a '{theirs.get('solver')}' fit)")
+
+    def shapes(state):
+        return {k: tuple(v.shape) for k, v in state.items() if k.startswith(("model.", "basis."))}
+
+    want, got = shapes(task.state_dict()), shapes(ckpt["state_dict"])
+    if want != got or ckpt["torchglm"].get("feature_names") != task.feature_names:
+        raise fail("resume", f"a checkpoint of this config's model ({_describe(want, task.feature_names)})",
+                   f"'{path}' ({_describe(got, ckpt['torchglm'].get('feature_names'))})")
+
+
+def _describe(shapes: dict[str, tuple], names) -> str:
+    params = ", ".join(f"{k.split('.', 1)[1]} {list(v)}" for k, v in shapes.items())
+    return f"{len(names or [])} features, {params}"
 
 
 def run(cli: GLMCLI) -> dict[str, Any]:
-    """Validate, fit, validate and test; write ``metrics.json``; return the metrics.
+    """Validate, fit, validate and test; write ``model.ckpt`` and ``metrics.json``;
+    return the metrics.
+
+    Everything that can be checked before fitting (data, hyper-parameters, the
+    ``--resume`` checkpoint, the run directory and its lock) is checked before
+    anything is written. A failure while fitting restores the run directory.
 
     Raises:
-        InputError: bad data or hyper-parameters (found before the run directory
-            is created), or raised while fitting (then the run's checkpoints are removed).
+        InputError: bad data, hyper-parameters or checkpoint; a run directory that
+            is a file or is in use; a numerical failure caused by the data.
     """
     task, dm, trainer = cli.model, cli.datamodule, cli.trainer
     task.build(dm)
-    run_dir = cli.run_dir
     resume = cli.config.get("resume")
-    if resume is not None and not Path(resume).is_file():
-        raise fail("resume", "an existing checkpoint file", f"'{resume}' (not found)")
-    start = time.perf_counter()
+    if resume is not None:
+        if not Path(resume).exists():
+            raise fail("resume", "an existing checkpoint file (RUN/checkpoints/last.ckpt, written after every "
+                       "epoch: run once without --resume first)", f"'{resume}' (not found)")
+        _check_resumable(load_checkpoint(resume, "resume"), task, resume)
+    run_dir = Path(cli.run_dir)
+    rd = RunDir(run_dir, primary=_is_primary())
     try:
-        trainer.fit(task, datamodule=dm, ckpt_path=resume)
-        fit_seconds = time.perf_counter() - start
-        if task.fitter is not None:
-            # A pass-based fit's estimate is the solver's last accepted iterate (its
-            # stopping rule, not the epoch with the best validation loss, and the
-            # trainer may stop before validating it): checkpoint and evaluate it.
-            final = Path(run_dir) / "checkpoints" / "final.ckpt"
-            trainer.save_checkpoint(final)
-            ckpt, ckpt_arg = str(final), None
-        else:
-            ckpt = trainer.checkpoint_callback.best_model_path if trainer.checkpoint_callback else ""
-            ckpt_arg = "best" if ckpt else None
-        val = trainer.validate(task, datamodule=dm, ckpt_path=ckpt_arg, verbose=False)[0]
-        test = trainer.test(task, datamodule=dm, ckpt_path=ckpt_arg, verbose=False)[0]
-        train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")
-        result = task.fit_result
-        metrics = {
-            "run_dir": str(run_dir),
-            "checkpoint": ckpt,
-            "data": dm.summary(),
-            "fit": {
-                "solver": result.solver,
-                "converged": bool(result.converged),
-                "n_iter": int(result.n_iter),
-                "message": result.message,
-                "epochs": int(trainer.current_epoch),
-                "seconds": round(fit_seconds, 3),
-            },
-            **{split: _strip(values, split) for split, values in
-               (("train", train), ("val", val), ("test", test))},
-        }
-        if trainer.is_global_zero:
-            _write_json_atomic(Path(run_dir) / "metrics.json", metrics)
+        metrics = _fit_and_report(cli, task, dm, trainer, run_dir, resume)
     except InputError:
-        # Bad input found while fitting: no checkpoint of a run that could not be valid.
-        # Other failures (an interrupt, a crash) keep the last complete checkpoint
-        # (Lightning writes each one atomically) so the run can be resumed.
-        shutil.rmtree(Path(run_dir) / "checkpoints", ignore_errors=True)
+        rd.rollback()
         raise
+    except (torch.linalg.LinAlgError, OverflowError) as err:
+        rd.rollback()
+        raise fail("fit", "finite, well-scaled data", f"a numerical failure ({_one_line(err)}); "
+                   "standardize the features (data.standardize: true) or rescale them") from None
+    except BaseException:
+        # A crash or interrupt keeps what the run wrote (last.ckpt) for --resume.
+        rd.commit()
+        raise
+    rd.commit()
     return metrics
+
+
+def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, Any]:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*weights_only.*", category=FutureWarning)
+        trainer.fit(task, datamodule=dm, ckpt_path=resume, weights_only=False)
+    if trainer.interrupted:
+        raise KeyboardInterrupt
+    fit_seconds = task.fit_seconds()
+    model_ckpt = run_dir / MODEL_CKPT
+    best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
+    if task.fitter is None and best:
+        # sgd: the epoch with the lowest validation loss is the reported model.
+        if trainer.is_global_zero:
+            os.replace(best, model_ckpt)
+        trainer.strategy.barrier("model_ckpt")
+    else:
+        # Pass-based: the solver's final estimate (its stopping rule, not the epoch
+        # with the best validation loss; the trainer may stop before validating it).
+        tmp = run_dir / f".{MODEL_CKPT}.tmp-{os.getpid()}"
+        trainer.save_checkpoint(tmp)
+        if trainer.is_global_zero:
+            os.replace(tmp, model_ckpt)
+        trainer.strategy.barrier("model_ckpt")
+    val = trainer.validate(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[0]
+    test = trainer.test(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[0]
+    train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")
+    result = task.fit_result
+    metrics = {
+        "run_dir": str(run_dir),
+        "checkpoint": str(model_ckpt),
+        "data": dm.summary(),
+        "fit": {
+            "solver": result.solver,
+            "converged": bool(result.converged),
+            "n_iter": int(result.n_iter),
+            "message": result.message,
+            "epochs": int(trainer.current_epoch),
+            "seconds": round(fit_seconds, 3),
+            "resumed_from": resume,
+        },
+        **{split: _strip(values, split) for split, values in (("train", train), ("val", val), ("test", test))},
+    }
+    if trainer.is_global_zero:
+        _log_to_tensorboard(trainer, cli.config, metrics, result)
+        _write_json_atomic(run_dir / "metrics.json", metrics)
+    return metrics
+
+
+def _log_to_tensorboard(trainer, config, metrics: dict[str, Any], result) -> None:
+    """The run's hyper-parameters with its final metrics (TensorBoard's HPARAMS tab)
+    and the solver's whole per-iteration history as curves (``fit_history/*``)."""
+    logger = trainer.logger
+    if not isinstance(logger, TensorBoardLogger):
+        return
+    hparams = {k: v for k, v in _flat(config.as_dict() if hasattr(config, "as_dict") else dict(config)).items()
+               if k.startswith(("model.", "data.")) and isinstance(v, (int, float, str, bool))}
+    final = {f"final/{split}_{k}": v for split in ("train", "val", "test") for k, v in metrics[split].items()}
+    logger.log_hyperparams(hparams, final)
+    writer = logger.experiment
+    for i, entry in enumerate(result.history):
+        step = int(entry.get("iteration", i))  # sgd's history is per epoch, with no iteration key
+        for key, value in entry.items():
+            if key != "iteration" and isinstance(value, (int, float)):
+                writer.add_scalar(f"fit_history/{key}", float(value), step)
+    writer.add_text("fit", f"{result.solver}: converged={result.converged}, {result.n_iter} iterations: "
+                           f"{result.message}")
+    writer.flush()
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def _strip(values: dict[str, float], split: str) -> dict[str, float]:
@@ -180,67 +285,9 @@ def format_table(metrics: dict[str, Any]) -> str:
     fit = metrics["fit"]
     lines.append(f"fit: {fit['solver']}, {fit['epochs']} epochs, {fit['seconds']:.1f} s"
                  + (f", converged={fit['converged']}" if not fit["solver"].startswith("sgd") else ""))
+    lines.append(f"model: {metrics['checkpoint']}")
     lines.append(f"run directory: {metrics['run_dir']}")
     return "\n".join(lines)
-
-
-def predict(ckpt_path: str, input: str, output: str) -> Path:
-    """Write predictions of a checkpointed model for the rows of a CSV/NPZ/NPY file.
-
-    Features are selected by the names the model was trained on (a target column,
-    if present, is ignored) and standardized as in training. Classifiers get one
-    probability column per class ``p_0..p_{K-1}`` and ``label``; regression models
-    get ``mean``. A ``.npz`` output holds arrays ``proba``/``label`` (or ``mean``);
-    anything else is written as CSV.
-
-    Raises:
-        InputError: missing checkpoint or input file, missing feature columns, NaN/inf.
-    """
-    if not Path(ckpt_path).is_file():
-        raise fail("ckpt_path", "an existing checkpoint file", f"'{ckpt_path}' (not found)")
-    try:
-        task = GLMTask.load_from_checkpoint(ckpt_path, map_location="cpu")
-    except TypeError as err:
-        raise fail("ckpt_path", "a checkpoint written by train.py (its config rebuilds the model)",
-                   f"'{ckpt_path}' ({err})") from None
-    task.eval()
-    table = read_table(input, features=task.feature_names, require_target=False)
-    x = torch.as_tensor(table.x, dtype=torch.float64)
-    check_finite("X", x)
-    mu = task.predict_proba(x)
-    label = task.predict(x)
-    out = Path(output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if task.model.family.is_classifier:
-        proba = mu if mu.dim() == 2 else torch.stack([1 - mu, mu], dim=1)
-        columns = {f"p_{k}": proba[:, k] for k in range(proba.shape[1])} | {"label": label}
-        arrays = {"proba": proba.numpy(), "label": label.numpy()}
-    else:
-        columns = {"mean": mu}
-        arrays = {"mean": mu.numpy()}
-    tmp = out.with_name(out.name + ".tmp")
-    if out.suffix.lower() == ".npz":
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-    else:
-        with open(tmp, "w") as fh:
-            fh.write(",".join(columns) + "\n")
-            for row in zip(*(c.tolist() for c in columns.values())):
-                fh.write(",".join(repr(v) if isinstance(v, float) else str(v) for v in row) + "\n")
-    os.replace(tmp, out)
-    return out
-
-
-def _predict_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="train.py predict",
-                                     description="Write predictions of a checkpointed torchglm model.")
-    parser.add_argument("--ckpt_path", required=True, help="checkpoint written by train.py")
-    parser.add_argument("--input", required=True, help="CSV/NPZ/NPY file with the feature columns")
-    parser.add_argument("--output", required=True, help="output file (.csv or .npz)")
-    args = parser.parse_args(argv)
-    out = predict(args.ckpt_path, args.input, args.output)
-    print(f"predictions written to {out}")
-    return 0
 
 
 def _one_line(err: BaseException) -> str:
@@ -249,21 +296,44 @@ def _one_line(err: BaseException) -> str:
     return re.sub(r"\s*Got value: .*$", "", text)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``train.py``; returns the exit status (0 ok, 2 bad input)."""
-    args = sys.argv[1:] if argv is None else list(argv)
+def configure_console(verbose: bool) -> None:
+    """Quiet by default: Lightning's INFO lines (tips, GPU/TPU availability) and
+    warnings about settings train.py chooses on purpose only with ``-v``."""
+    level = logging.INFO if verbose else logging.WARNING
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric", "lightning.fabric"):
+        logging.getLogger(name).setLevel(level)
     # Irrelevant here: the LeafSpec notice is Lightning's own use of a deprecated
     # torch API, and the task's transfer_batch_to_device is meant to take precedence.
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    if not verbose:
+        # Full-batch fits have one step per epoch, fewer than the logging interval.
+        warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        # main() passes the arguments it has already read from sys.argv.
+        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``torchglm train`` / ``train.py``: returns the exit status (0 ok, 2 bad input).
+
+    ``predict`` as the first argument runs :func:`.predict.predict_main`; ``-v``
+    (anywhere) keeps Lightning's informational output.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    verbose = any(a in ("-v", "--verbose") for a in args)
+    args = [a for a in args if a not in ("-v", "--verbose")]
+    configure_console(verbose)
     try:
         if args and args[0] == "predict":
-            return _predict_main(args[1:])
-        # args=None makes LightningCLI read sys.argv itself (passing both warns).
-        cli = GLMCLI(args=None if argv is None else args)
+            return predict_main(args[1:])
+        if args and args[0] == "train":
+            args = args[1:]
+        cli = GLMCLI(args=args)
         metrics = run(cli)
     except (InputError, argparse.ArgumentError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
+        _leave_process_group()
         return 2
     if cli.trainer.is_global_zero:
         print(format_table(metrics))

@@ -22,6 +22,7 @@ Preprocessing travels with the checkpoint: the training split's standardization
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from typing import Any, Callable, Iterable
 
@@ -127,6 +128,10 @@ class GLMTask(pl.LightningModule):
         self.model: nn.Module | None = None
         self.fitter = None
         self._resumed_fit: dict[str, Any] | None = None
+        self._resumed_fitter_state: dict[str, Any] | None = None
+        # Fit time of the earlier (resumed-from) parts of this fit, and this part's start.
+        self.fit_seconds_before = 0.0
+        self._fit_start: float | None = None
         self.fit_result: FitResult | None = None
         self.feature_names: list[str] = []
         self.n_model_features: int | None = None  # columns of phi(x), set by build
@@ -171,6 +176,12 @@ class GLMTask(pl.LightningModule):
             datamodule.check_labels(model.n_classes)
         else:
             datamodule.check_regression()
+            for split in ("train", "val", "test"):
+                n = int(datamodule.split(split)[1].shape[0])
+                if n < 2:
+                    # R^2 divides by the split's spread of y: undefined for one row.
+                    raise fail(f"data ({split} split)", "at least 2 rows for a regression model "
+                               "(R^2 needs two)", f"{n} row")
         self.model = model
         self._make_metrics()
         if self.automatic_optimization:
@@ -219,16 +230,21 @@ class GLMTask(pl.LightningModule):
             "feature_names": self.feature_names,
             "dtype": str(self.data_dtype).removeprefix("torch."),
         }
+        checkpoint["torchglm"]["fit_seconds"] = self.fit_seconds()
         if self.fitter is not None:
             # The pass-based fit's record; the model's parameters hold its last
             # accepted point, from which a resumed fit re-evaluates and goes on
-            # along the same iterates.
+            # along the same iterates (with the solver's own memory, e.g. L-BFGS pairs).
             checkpoint["torchglm"]["fit_result"] = dataclasses.asdict(self.fitter.result)
+            if hasattr(self.fitter, "state_dict"):
+                checkpoint["torchglm"]["fitter_state"] = self.fitter.state_dict()
         else:
             checkpoint["torchglm"]["epoch_history"] = list(self._history)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self._resumed_fit = checkpoint["torchglm"].get("fit_result")
+        self._resumed_fitter_state = checkpoint["torchglm"].get("fitter_state")
+        self.fit_seconds_before = float(checkpoint["torchglm"].get("fit_seconds", 0.0))
         self._history = list(checkpoint["torchglm"].get("epoch_history", []))
         if self.model is not None:
             return
@@ -282,6 +298,9 @@ class GLMTask(pl.LightningModule):
             if self._resumed_fit is not None:
                 self.fitter.result = FitResult(**self._resumed_fit)
                 self._resumed_fit = None
+            if self._resumed_fitter_state is not None and hasattr(self.fitter, "load_state_dict"):
+                self.fitter.load_state_dict(self._resumed_fitter_state)
+            self._resumed_fitter_state = None
             return PassStep(self.fitter)
         opt = self.optimizer_factory(self.parameters())
         if self.lr_scheduler_factory is None:
@@ -290,6 +309,15 @@ class GLMTask(pl.LightningModule):
         if isinstance(sched, ReduceLROnPlateau):
             return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val/loss"}}
         return {"optimizer": opt, "lr_scheduler": sched}
+
+    def on_train_start(self) -> None:
+        self._fit_start = time.perf_counter()
+
+    def fit_seconds(self) -> float:
+        """Wall time of the fit so far, summed over the runs it was resumed across
+        (each part up to its last checkpoint or its end)."""
+        now = 0.0 if self._fit_start is None else time.perf_counter() - self._fit_start
+        return self.fit_seconds_before + now
 
     def on_train_epoch_start(self) -> None:
         self._epoch_loss.update(
@@ -342,6 +370,7 @@ class GLMTask(pl.LightningModule):
                 batch_size=self.trainer.datamodule.eval_batch_size, shuffle=False), "train"))
 
     def on_train_end(self) -> None:
+        self.fit_seconds_before, self._fit_start = self.fit_seconds(), None
         self.model.mark_fitted()
         if not self.automatic_optimization and not self.fitter.done:
             # Never hide non-convergence: the trainer (max_epochs, early stopping)

@@ -8,8 +8,9 @@ Add it to a config::
 
 After training it computes :func:`torchglm.inference.glm_results` on the training
 split (``trainer.datamodule.train_batches()``, through the task's basis if any)
-at the fitted parameters, prints the table, and writes ``summary.txt`` and
-``summary.json`` to the run directory (``trainer.default_root_dir``). Features
+at the fitted parameters, prints the table, writes ``summary.txt`` and
+``summary.json`` to the run directory (``trainer.default_root_dir``) and logs the
+table as text to TensorBoard (``glm_summary``). Features
 are the data module's standardized columns, so the coefficients are per
 training standard deviation of each feature.
 """
@@ -88,5 +89,10 @@ class InferenceSummary(pl.Callback):
         text = res.summary()
         (out / "summary.txt").write_text(text + "\n")
         res.to_json(out / "summary.json")
+        for logger in trainer.loggers:
+            writer = getattr(logger, "experiment", None)
+            if hasattr(writer, "add_text"):
+                # TensorBoard's TEXT tab renders markdown: indent to keep the table's columns.
+                writer.add_text("glm_summary", "\n".join("    " + line for line in text.splitlines()))
         if self.verbose:
             print(text)

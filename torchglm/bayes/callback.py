@@ -99,7 +99,8 @@ class BayesianEvaluation(pl.Callback):
         # (Re-)save the checkpoint: it then holds the MAP and its posterior together.
         # Without a saved one (pass-based fits take no optimizer step, so Lightning's
         # ModelCheckpoint may have skipped them) write ``map_posterior.ckpt`` beside it.
-        ckpt = trainer.checkpoint_callback
+        # Lightning's ModelCheckpoint (train.py's other Checkpoint callback writes last.ckpt).
+        ckpt = next((c for c in trainer.callbacks if isinstance(c, pl.callbacks.ModelCheckpoint)), None)
         if ckpt is not None and ckpt.best_model_path:
             self.checkpoint_path = ckpt.best_model_path
         else:
@@ -221,10 +222,17 @@ class BayesianEvaluation(pl.Callback):
         logger.log_metrics(flat, step=trainer.global_step)
         experiment = getattr(logger, "experiment", None)
         if curves and hasattr(experiment, "add_figure"):
+            # TensorBoard scalars take integer steps: these put the curves against the grid
+            # index (the log10_lambda scalar gives each index its lambda); the figure plots
+            # them against lambda, and the text tab lists (lambda, score) pairs.
             for name, c in curves.items():
                 for i, (lam, score) in enumerate(zip(c.lambdas, c.scores[c.criterion])):
                     experiment.add_scalar(f"bayes/lambda_curve/{name}/{c.criterion}", score, i)
                     experiment.add_scalar(f"bayes/lambda_curve/{name}/log10_lambda", math.log10(lam), i)
+                rows = [f"| {lam:.6g} | {score:.6g} |" for lam, score in zip(c.lambdas, c.scores[c.criterion])]
+                experiment.add_text(f"bayes/lambda_curve/{name}",
+                                    "\n".join([f"| lambda | {c.criterion} |", "|---|---|", *rows]),
+                                    trainer.global_step)
             experiment.add_figure("bayes/lambda_curves", _curve_figure(curves), trainer.global_step)
 
 

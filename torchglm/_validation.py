@@ -161,22 +161,23 @@ def to_tensor(name: str, value, *, device=None, float_dtype: torch.dtype | None 
         InputError: for values that are not numbers (strings, objects, complex).
     """
     if value is None:
-        raise fail(name, "an array-like of numbers", "None")
+        raise fail(name, "a tensor or an array-like of numbers", "None")
     if isinstance(value, torch.Tensor):  # the caller chose its dtype: checked, not cast
         return value if device is None else value.to(device)
     if _is_scipy_sparse(value):
         csr = value.tocsr()
+        if not csr.has_sorted_indices:  # torch's CSR layout wants sorted column indices
+            csr = csr.sorted_indices()
         data = _numeric_array(name, csr.data)
         t = torch.sparse_csr_tensor(
             torch.from_numpy(csr.indptr.astype(np.int64)),
             torch.from_numpy(csr.indices.astype(np.int64)),
             torch.from_numpy(data),
             size=tuple(csr.shape),
+            check_invariants=False,  # scipy's CSR with sorted indices is a valid torch CSR
         )
     else:
         t = torch.from_numpy(_numeric_array(name, value))
-    if torch.is_complex(t):
-        raise fail(name, "real numbers", f"dtype {t.dtype}")
     if float_dtype is not None and not t.is_floating_point():
         t = t.to(float_dtype)
     return t if device is None else t.to(device)

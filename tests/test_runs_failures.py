@@ -1,0 +1,352 @@
+"""Issue 14's failure paths of train.py / torchglm: each gives one ``error: ...`` line,
+exit status 2, and leaves the run directory exactly as it was before the command."""
+
+import hashlib
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import pytorch_lightning as pl
+
+from torchglm.training.cli import main
+from torchglm.training.rundir import RunDir
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
+
+
+def _snapshot(path: Path) -> dict[str, str]:
+    """Every file under ``path`` (dot files included) with a hash of its bytes."""
+    if not path.exists():
+        return {}
+    return {
+        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(path.rglob("*"))
+        if p.is_file()
+    }
+
+
+def _one_error(capsys, code: int, contains: str) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("error: ") and contains in err[0], err
+    return err[0]
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """A finished tiny run (sgd) and a finished Newton run of the same data."""
+    root = tmp_path_factory.mktemp("runs")
+    assert main(["--config", TINY, "--run_dir", str(root / "sgd"), "--trainer.max_epochs", "2"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                TINY,
+                "--run_dir",
+                str(root / "newton"),
+                "--model.solver",
+                "newton",
+                "--model.model.init_args.l2",
+                "0.01",
+                "--trainer.max_epochs",
+                "50",
+            ]
+        )
+        == 0
+    )
+    return root
+
+
+def _bad_checkpoints(tmp_path: Path, good: Path) -> dict[str, Path]:
+    made = {
+        "empty": tmp_path / "empty.ckpt",
+        "garbage": tmp_path / "garbage.ckpt",
+        "truncated": tmp_path / "t.ckpt",
+    }
+    made["empty"].write_bytes(b"")
+    made["garbage"].write_bytes(bytes(range(256)) * 4)
+    made["truncated"].write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    made["directory"] = tmp_path
+    np.save(tmp_path / "array.npy", np.zeros(3))
+    made["not_a_checkpoint"] = tmp_path / "array.npy"
+    return made
+
+
+@pytest.mark.parametrize("kind", ["empty", "garbage", "truncated", "directory", "not_a_checkpoint"])
+def test_bad_checkpoint_to_predict(tmp_path, capsys, finished, kind):
+    ckpt = _bad_checkpoints(tmp_path, finished / "sgd" / "model.ckpt")[kind]
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    code = main(
+        ["predict", "--ckpt_path", str(ckpt), "--input", str(data), "--output", str(tmp_path / "o.csv")]
+    )
+    _one_error(capsys, code, "ckpt_path: expected a checkpoint")
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize(
+    "kind", ["empty", "garbage", "truncated", "other_shape", "other_solver", "newton_to_lbfgs"]
+)
+def test_bad_checkpoint_to_resume_leaves_the_run_dir(tmp_path, capsys, finished, kind):
+    bad = _bad_checkpoints(tmp_path, finished / "sgd" / "model.ckpt")
+    # the run directory of an earlier run, resumed with the wrong checkpoint
+    run = tmp_path / "run"
+    assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "1"]) == 0
+    capsys.readouterr()
+    before = _snapshot(run)
+    args = ["--config", TINY, "--run_dir", str(run)]
+    if kind in bad:
+        args += ["--resume", str(bad[kind])]
+        message = "resume: expected a checkpoint written by train.py"
+    elif kind == "other_shape":  # a 3-class softmax checkpoint into the binary logistic config
+        args += [
+            "--resume",
+            str(finished / "sgd" / "checkpoints" / "last.ckpt"),
+            "--model.model.class_path",
+            "torchglm.SoftmaxRegression",
+            "--model.model.init_args.n_classes",
+            "3",
+            "--data.n_classes",
+            "3",
+        ]
+        message = "resume: expected a checkpoint of this config's model"
+    elif kind == "other_solver":
+        args += ["--resume", str(finished / "newton" / "checkpoints" / "last.ckpt")]
+        message = "resume: expected a checkpoint of a 'sgd' fit (this config's solver), got"
+    else:
+        args += [
+            "--resume",
+            str(finished / "newton" / "checkpoints" / "last.ckpt"),
+            "--model.solver",
+            "lbfgs",
+        ]
+        message = "a 'newton' fit"
+    _one_error(capsys, main(args), message)
+    assert _snapshot(run) == before
+
+
+def test_run_dir_that_is_a_file(tmp_path, capsys):
+    target = tmp_path / "taken"
+    target.write_text("keep me\n")
+    _one_error(capsys, main(["--config", TINY, "--run_dir", str(target)]), "run_dir: expected a directory")
+    assert target.read_text() == "keep me\n"
+
+
+def test_predict_output_under_a_file(tmp_path, capsys, finished):
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    (tmp_path / "file").write_text("x")
+    code = main(
+        [
+            "predict",
+            "--run_dir",
+            str(finished / "sgd"),
+            "--input",
+            str(data),
+            "--output",
+            str(tmp_path / "file" / "out.csv"),
+        ]
+    )
+    _one_error(capsys, code, "output: expected a writable file path")
+    assert (tmp_path / "file").read_text() == "x"
+
+
+def _regression_csv(path: Path, n: int, scale: float = 1.0) -> Path:
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, 2))
+    y = x @ [1.0, -2.0] + 0.1 * rng.normal(size=n)
+    path.write_text(
+        "a,b,y\n"
+        + "".join(f"{float(a) * scale!r},{float(b) * scale!r},{float(t)!r}\n" for (a, b), t in zip(x, y))
+    )
+    return path
+
+
+GAUSSIAN = [
+    "--config",
+    str(ROOT / "configs" / "glm_poisson.yaml"),
+    "--model.model.init_args.family",
+    "gaussian",
+    "--model.model.init_args.link",
+    "identity",
+    "--data.target",
+    "y",
+    "--data.dataset_options",
+    "null",
+]
+
+
+def test_regression_split_with_one_row(tmp_path, capsys):
+    data = _regression_csv(tmp_path / "few.csv", 4)
+    run = tmp_path / "run"
+    code = main(
+        [
+            *GAUSSIAN,
+            "--data.source",
+            str(data),
+            "--run_dir",
+            str(run),
+            "--data.val_fraction",
+            "0.25",
+            "--data.test_fraction",
+            "0.25",
+        ]
+    )
+    _one_error(capsys, code, "data (val split): expected at least 2 rows for a regression model")
+    assert not run.exists()
+
+
+def test_huge_unstandardized_features(tmp_path, capsys):
+    data = _regression_csv(tmp_path / "huge.csv", 60, scale=1e300)
+    run = tmp_path / "run"
+    code = main(
+        [
+            *GAUSSIAN,
+            "--data.source",
+            str(data),
+            "--run_dir",
+            str(run),
+            "--data.standardize",
+            "false",
+            "--trainer.callbacks",
+            "[]",
+        ]
+    )
+    _one_error(capsys, code, "standardize the features (data.standardize: true) or rescale them")
+    assert not run.exists()
+
+
+def test_summary_without_residual_degrees_of_freedom(tmp_path, capsys):
+    """InferenceSummary on a fit with as many parameters as training rows: a note, not a crash."""
+    data = _regression_csv(tmp_path / "df0.csv", 7)
+    run = tmp_path / "run"
+    code = main(
+        [
+            *GAUSSIAN,
+            "--data.source",
+            str(data),
+            "--run_dir",
+            str(run),
+            "--data.val_fraction",
+            "0.3",
+            "--data.test_fraction",
+            "0.3",
+        ]
+    )
+    assert code == 0
+    assert "no residual degrees of freedom" in (run / "summary.txt").read_text()
+
+
+class FailAtEpoch(pl.Callback):
+    def on_train_epoch_end(self, trainer, pl_module):
+        from torchglm import InputError
+
+        if trainer.current_epoch >= 1:
+            raise InputError("fitter: expected a finite Hessian, got NaN (raised by the test callback)")
+
+
+def test_failed_rerun_restores_an_existing_run_dir(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "2"]) == 0
+    capsys.readouterr()
+    before = _snapshot(run)
+    code = main(
+        [
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run),
+            "--trainer.max_epochs",
+            "3",
+            "--trainer.callbacks+=test_runs_failures.FailAtEpoch",
+        ]
+    )
+    _one_error(capsys, code, "fitter: expected a finite Hessian")
+    # config.yaml, hparams.yaml, events, last.ckpt and metrics.json: all as they were
+    assert _snapshot(run) == before
+    assert not list(tmp_path.glob(".run.backup-*"))
+
+
+def test_lock_held_by_another_process(tmp_path, capsys):
+    run = tmp_path / "run"
+    held = RunDir(run)  # this process holds the lock, as a running train.py does
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "train.py"), "--config", TINY, "--run_dir", str(run)],
+            check=False,
+            capture_output=True,
+            text=True,
+            env=ENV,
+            cwd=tmp_path,
+            timeout=300,
+        )
+    finally:
+        held.rollback()
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and f"in use by process {os.getpid()}" in lines[0], lines
+    assert not run.exists()  # rollback of the run dir the holder created
+
+
+class Slow(pl.Callback):
+    def on_train_epoch_end(self, trainer, pl_module):
+        time.sleep(0.5)
+
+
+def test_two_concurrent_runs(tmp_path):
+    """Two train.py on one --run_dir: the second fails at once, the first finishes with its own outputs."""
+    run = tmp_path / "run"
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run),
+            "--trainer.max_epochs",
+            "12",
+            "--early_stopping.patience",
+            "100",
+            "--trainer.callbacks+=test_runs_failures.Slow",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
+    deadline = time.time() + 120
+    while not (run / "checkpoints" / "last.ckpt").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    second = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run),
+            "--trainer.max_epochs",
+            "1",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+        timeout=300,
+    )
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-2000:]
+    assert second.returncode == 2 and "in use by process" in second.stderr, second.stderr[-2000:]
+    assert "max_epochs: 12" in (run / "config.yaml").read_text()
+    assert sorted(p.name for p in run.rglob("*.ckpt")) == ["last.ckpt", "model.ckpt"]

@@ -306,12 +306,12 @@ def configure_console(verbose: bool) -> None:
     # torch API, and the task's transfer_batch_to_device is meant to take precedence.
     warnings.filterwarnings("ignore", message=".*LeafSpec.*")
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
+    # main() passes the arguments it has already read from sys.argv (minus -v).
+    warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
     if not verbose:
         # Full-batch fits have one step per epoch, fewer than the logging interval.
         warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        # main() passes the arguments it has already read from sys.argv.
-        warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
 
 
 def main(argv: list[str] | None = None) -> int:

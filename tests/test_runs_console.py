@@ -1,0 +1,194 @@
+"""Issue 14: the console (quiet by default, -v), --help, the torchglm entry point,
+predict's input handling and what a run logs to TensorBoard."""
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from torchglm.solvers import SOLVERS
+from torchglm.training.cli import main
+from torchglm.training.entry import MODELS
+from torchglm.training.entry import main as entry_main
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = str(ROOT / "configs" / "tiny.yaml")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
+
+
+def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def test_quiet_console_without_a_terminal_and_verbose(tmp_path):
+    proc = _run("--config", TINY, "--run_dir", str(tmp_path / "q"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the results table only: no tips, banners, warnings or progress-bar control characters
+    assert proc.stderr == ""
+    assert len(proc.stdout) < 1000 and len(proc.stdout.splitlines()) <= 10, proc.stdout
+    for noise in ("Tip", "GPU available", "Warning", "\r", "\x1b"):
+        assert noise not in proc.stdout
+    verbose = _run("--config", TINY, "--run_dir", str(tmp_path / "v"), "-v", cwd=tmp_path)
+    assert verbose.returncode == 0
+    assert "GPU available" in verbose.stdout + verbose.stderr
+
+
+def test_short_help_lists_models_solvers_and_predict_without_lightning():
+    code = (
+        "import sys; from torchglm.training.entry import main; main(['--help']); "
+        "print('lightning imported:', 'pytorch_lightning' in sys.modules)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout
+    assert text.rstrip().endswith("lightning imported: False")
+    assert len(text.splitlines()) < 60
+    for name in [*SOLVERS, "sgd", "auto", "closed_form", "predict", "figures", "--config", "--help-all"]:
+        assert name in text, name
+    for model in MODELS:
+        assert f"torchglm.{model}" in text
+        import torchglm
+
+        assert hasattr(torchglm, model)  # the list names real classes
+
+
+def test_no_arguments_hints_at_config(capsys):
+    assert entry_main([]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "--config" in err[0]
+
+
+def test_console_entry_point_declared_and_train_py_is_its_alias():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts == {"torchglm": "torchglm.training.entry:main"}
+    assert "from torchglm.training.entry import main" in (ROOT / "train.py").read_text()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    run = tmp_path_factory.mktemp("console") / "run"
+    assert (
+        main(
+            [
+                "--config",
+                TINY,
+                "--run_dir",
+                str(run),
+                "--model.solver",
+                "newton",
+                "--model.model.init_args.l2",
+                "0.01",
+                "--trainer.max_epochs",
+                "50",
+                "--trainer.callbacks+=torchglm.inference_callback.InferenceSummary",
+                "--trainer.callbacks.verbose",
+                "false",
+            ]
+        )
+        == 0
+    )
+    return run
+
+
+def _rows(path: Path, header: bool, bom: bool = False, extra: bool = False) -> Path:
+    x = np.random.default_rng(0).normal(size=(5, 2))
+    lines = [("\ufeff" if bom else "") + ("x0,x1,note" if extra else "x0,x1")] if header else []
+    lines += [f"{float(a)!r},{float(b)!r}" + (",7" if extra else "") for a, b in x]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _predict(run_dir: Path, data: Path, out: Path, *extra: str) -> int:
+    return main(["predict", "--run_dir", str(run_dir), "--input", str(data), "--output", str(out), *extra])
+
+
+def test_predict_header_detection_bom_and_named_extra_columns(tmp_path, run_dir):
+    want = tmp_path / "want.csv"
+    assert _predict(run_dir, _rows(tmp_path / "h.csv", header=True), want) == 0
+    for name, kwargs, extra in [
+        ("nohead.csv", {"header": False}, []),
+        ("nohead_forced.csv", {"header": False}, ["--no-header"]),
+        ("bom.csv", {"header": True, "bom": True}, []),
+        ("named_extra.csv", {"header": True, "extra": True}, ["--header"]),
+    ]:
+        out = tmp_path / f"out_{name}"
+        assert _predict(run_dir, _rows(tmp_path / name, **kwargs), out, *extra) == 0, name
+        assert out.read_text() == want.read_text(), name
+
+
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        (
+            "nohead_wide",
+            "expected the model's 2 feature columns [x0, x1] (2 columns) (a CSV without a header is "
+            "matched by position), got",
+        ),
+        (
+            "missing",
+            "expected the model's feature columns [x0, x1] (2 columns) (by name; --no-header to match them "
+            "by position), got",
+        ),
+        ("npz_wide", "expected an 'X' array with the model's 2 feature columns"),
+        ("npy_wide", "expected a 2-D array with the model's 2 feature columns"),
+        ("directory", "input: expected a data file, got"),
+    ],
+)
+def test_predict_rejects_inputs_with_a_clear_line(tmp_path, capsys, run_dir, case, message):
+    x = np.random.default_rng(0).normal(size=(5, 5))
+    if case == "nohead_wide":
+        data = tmp_path / "d.csv"
+        data.write_text("".join(",".join(map(repr, map(float, r))) + "\n" for r in x))
+    elif case == "missing":
+        data = tmp_path / "d.csv"
+        data.write_text("x0,other\n1.0,2.0\n")
+    elif case == "npz_wide":
+        data = tmp_path / "d.npz"
+        np.savez(data, X=x)
+    elif case == "npy_wide":
+        data = tmp_path / "d.npy"
+        np.save(data, x)
+    else:
+        data = tmp_path
+    assert _predict(run_dir, data, tmp_path / "o.csv") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and len(err[0]) < 400 and message in err[0], err
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_tensorboard_hparams_history_and_summary(run_dir):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    metrics = json.loads((run_dir / "metrics.json").read_text())
+    scalars, tensors, hparams = {}, set(), False
+    for events in run_dir.glob("events.out.tfevents.*"):
+        acc = EventAccumulator(str(events))
+        acc.Reload()
+        for tag in acc.Tags()["scalars"]:
+            scalars.setdefault(tag, []).extend(e.step for e in acc.Scalars(tag))
+        tensors |= set(acc.Tags()["tensors"])
+        hparams |= "_hparams_/session_start_info" in acc.summary_metadata
+    # the whole solver history, one point per accepted iteration (and the start)
+    n_iter = metrics["fit"]["n_iter"]
+    assert sorted(scalars["fit_history/loss"]) == list(range(n_iter + 1))
+    assert "fit_history/newton_decrement" in scalars and "fit_history/grad_norm" in scalars
+    assert "final/test_nll" in scalars  # the final metrics, beside the hparams
+    assert hparams
+    assert {"glm_summary/text_summary", "fit/text_summary"} <= tensors

@@ -99,7 +99,7 @@ def test_scipy_sparse_stays_sparse_and_fits_like_dense(data):
 
 
 def test_count_models_take_scipy_sparse_and_pandas(data):
-    x, y, counts = data
+    _, y, _ = data
     z = np.random.default_rng(1).poisson(2.0, size=(120, 5)).astype(np.float64)
     for cls in (MultinomialNB, PoissonNB):
         ref, m = cls(5, 2), cls(5, 2)

@@ -36,7 +36,7 @@ __version__ = "0.1.0"
 
 #: Submodules loaded on first access (``torchglm.bayes`` imports Pyro, ``plotting``
 #: matplotlib): ``import torchglm`` stays light.
-_LAZY_SUBMODULES = ("basis", "bayes", "data", "plotting", "solvers", "text", "training")
+_LAZY_SUBMODULES = ("basis", "bayes", "data", "plotting", "sklearn", "solvers", "text", "training")
 
 
 def __getattr__(name: str):

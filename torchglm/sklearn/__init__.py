@@ -1,0 +1,50 @@
+"""scikit-learn estimators over the library's models and solvers.
+
+Every estimator wraps a core model (``model_`` after ``fit``) and the library's
+solvers: there is no second implementation. They follow scikit-learn's conventions
+(``get_params``/``set_params``, ``clone``, ``classes_`` with any hashable labels,
+``coef_``, ``intercept_``, ``n_iter_``, ``n_features_in_``, ``feature_names_in_``,
+``sample_weight``, ``score``, NumPy outputs) and pass scikit-learn's
+``check_estimator`` (the few known exceptions, with reasons:
+:func:`expected_failed_checks`), so they work in ``Pipeline``, ``GridSearchCV``
+and ``cross_val_score``. ``device=`` and
+``dtype=`` choose where and in what precision the core model fits; a
+``torch.Tensor`` input skips scikit-learn's NumPy validation (it may live on a GPU).
+
+Penalties: ``C`` (classifiers) is scikit-learn's inverse regularization,
+``l2 = 1 / (C sum_i s_i)`` in the library's objective; ``alpha``
+(:class:`GLMRegressor`) is scikit-learn's GLM ``alpha`` and equals ``l2``.
+
+Example:
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> from torchglm.sklearn import LogisticRegression
+    >>> clf = make_pipeline(StandardScaler(), LogisticRegression(C=1.0)).fit(X, y)
+"""
+
+from ._bayes import BayesianLogisticRegression
+from ._checks import expected_failed_checks
+from ._generative import (
+    BernoulliNB,
+    GaussianNB,
+    LinearDiscriminantAnalysis,
+    MultinomialNB,
+    PoissonNB,
+    QuadraticDiscriminantAnalysis,
+)
+from ._glm import GLMClassifier, GLMRegressor, LogisticRegression, ProbitRegression
+
+__all__ = [
+    "BayesianLogisticRegression",
+    "BernoulliNB",
+    "GLMClassifier",
+    "GLMRegressor",
+    "GaussianNB",
+    "LinearDiscriminantAnalysis",
+    "LogisticRegression",
+    "MultinomialNB",
+    "PoissonNB",
+    "ProbitRegression",
+    "QuadraticDiscriminantAnalysis",
+    "expected_failed_checks",
+]

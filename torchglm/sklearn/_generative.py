@@ -1,0 +1,308 @@
+"""scikit-learn estimators over the library's generative classifiers (GDA and naive
+Bayes): ``fit`` is the core model's one pass of sufficient statistics, predictions
+are its Bayes'-rule posteriors (``log_softmax`` of the joint log-likelihoods).
+Parameter names follow scikit-learn's estimators of the same name where the meaning
+is the same."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from sklearn.base import ClassifierMixin
+from sklearn.utils.validation import check_is_fitted, check_non_negative
+
+from .. import models
+from ._base import LabelEncoding, TorchEstimator, log_proba_output, to_numpy
+
+__all__ = [
+    "BernoulliNB",
+    "GaussianNB",
+    "LinearDiscriminantAnalysis",
+    "MultinomialNB",
+    "PoissonNB",
+    "QuadraticDiscriminantAnalysis",
+]
+
+
+class _GenerativeEstimator(LabelEncoding, ClassifierMixin, TorchEstimator):
+    """Fit, predict and the shared fitted attributes (``class_count_``, ``class_prior_``)."""
+
+    #: count models: scikit-learn's "Negative values in data passed to ..." check first
+    _non_negative: bool = False
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.positive_only = self._non_negative
+        return tags
+
+    def _core_model(self, n_features: int, n_classes: int):
+        raise NotImplementedError
+
+    def _priors(self, n_classes: int):
+        """Fixed class priors for the core model, or ``None`` to fit them."""
+        return self.priors
+
+    def _fitted_attributes(self, model) -> None:
+        """Subclasses expose their statistics under scikit-learn's names."""
+
+    def fit(self, X, y, sample_weight=None):
+        """Maximum likelihood in one pass over ``X`` (n, d) and labels ``y`` (n,)."""
+        X, y = self._validate_Xy(X, y)
+        if self._non_negative and not isinstance(X, torch.Tensor):
+            check_non_negative(X, f"{type(self).__name__} (input X)")
+        encoded = self._encode(y)
+        model = self._core_model(X.shape[1], len(self.classes_)).to(self._torch_device())
+        model.fit(X, encoded, weight=self._sample_weight(sample_weight, X))
+        self.model_ = model
+        self.class_count_ = to_numpy(model.class_count)
+        self.class_prior_ = to_numpy(model.log_prior.exp())
+        self._fitted_attributes(model)
+        return self
+
+    def _log_proba(self, X) -> torch.Tensor:
+        check_is_fitted(self)
+        return self.model_.predict_log_proba(self._predict_input(X))
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """``log p(C_k | x)`` (n, K), columns in the order of ``classes_``."""
+        return log_proba_output(self._log_proba(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        return to_numpy(self.model_.predict_proba(self._predict_input(X)))
+
+    def predict(self, X) -> np.ndarray:
+        check_is_fitted(self)
+        return self._decode(self.model_.predict(self._predict_input(X)))
+
+
+class _Discriminant(_GenerativeEstimator):
+    def decision_function(self, X) -> np.ndarray:
+        """Binary: the log-odds ``log p(C_1|x) / p(C_0|x)``; more classes: ``log p(C_k|x)``."""
+        lp = self._log_proba(X)
+        return to_numpy(lp[:, 1] - lp[:, 0] if lp.shape[1] == 2 else lp)
+
+    def _fitted_attributes(self, model):
+        self.means_ = to_numpy(model.means)
+        self.covariance_ = to_numpy(model.covariance)
+
+
+class LinearDiscriminantAnalysis(_Discriminant):
+    """Gaussian classes with one shared covariance (the core
+    :class:`~torchglm.LinearDiscriminantAnalysis`): linear boundaries.
+
+    Args:
+        shrinkage: ``None`` or a float in [0, 1], towards the mean variance times I
+            (scikit-learn's ``shrinkage=float``).
+        priors: class priors in the order of ``classes_``, or ``None`` to fit them.
+        device, dtype: torch device and dtype of the fitted statistics.
+
+    Attributes:
+        classes_, means_ (K, d), covariance_ (d, d), class_count_, class_prior_,
+        coef_/intercept_ (the implied linear model: (1, d)/(1,) for two classes,
+        (K, d)/(K,) otherwise), n_features_in_, feature_names_in_, model_.
+    """
+
+    def __init__(self, shrinkage=None, priors=None, device="cpu", dtype="float64"):
+        self.shrinkage = shrinkage
+        self.priors = priors
+        self.device = device
+        self.dtype = dtype
+
+    def _core_model(self, n_features, n_classes):
+        return models.LinearDiscriminantAnalysis(
+            n_features,
+            n_classes,
+            shrinkage=0.0 if self.shrinkage is None else self.shrinkage,
+            priors=self._priors(n_classes),
+            dtype=self._torch_dtype(),
+        )
+
+    def _fitted_attributes(self, model):
+        super()._fitted_attributes(model)
+        linear = model.to_linear()
+        self.coef_ = to_numpy(linear.linear.weight)
+        self.intercept_ = to_numpy(linear.linear.bias)
+
+
+class QuadraticDiscriminantAnalysis(_Discriminant):
+    """Gaussian classes with one covariance each (the core
+    :class:`~torchglm.QuadraticDiscriminantAnalysis`): quadratic boundaries.
+
+    Args:
+        reg_param: in [0, 1], ``Sigma_k <- (1 - reg_param) Sigma_k + reg_param I``
+            (scikit-learn's ``reg_param``; the core model's ``reg``).
+        priors, device, dtype: as :class:`LinearDiscriminantAnalysis`.
+    """
+
+    def __init__(self, reg_param=0.0, priors=None, device="cpu", dtype="float64"):
+        self.reg_param = reg_param
+        self.priors = priors
+        self.device = device
+        self.dtype = dtype
+
+    def _core_model(self, n_features, n_classes):
+        return models.QuadraticDiscriminantAnalysis(
+            n_features,
+            n_classes,
+            reg=self.reg_param,
+            priors=self._priors(n_classes),
+            dtype=self._torch_dtype(),
+        )
+
+
+class GaussianNB(_GenerativeEstimator):
+    """Gaussian naive Bayes (the core :class:`~torchglm.GaussianNB`).
+
+    Args:
+        priors: class priors, or ``None`` to fit them.
+        var_smoothing: fraction of the largest feature variance added to every variance.
+        device, dtype: torch device and dtype of the fitted statistics.
+
+    Attributes: ``theta_`` (K, d) means, ``var_`` (K, d) variances, ``class_count_``,
+    ``class_prior_``, ``classes_``, ``model_``.
+    """
+
+    def __init__(self, priors=None, var_smoothing=1e-9, device="cpu", dtype="float64"):
+        self.priors = priors
+        self.var_smoothing = var_smoothing
+        self.device = device
+        self.dtype = dtype
+
+    def _core_model(self, n_features, n_classes):
+        return models.GaussianNB(
+            n_features,
+            n_classes,
+            var_smoothing=self.var_smoothing,
+            priors=self._priors(n_classes),
+            dtype=self._torch_dtype(),
+        )
+
+    def _fitted_attributes(self, model):
+        self.theta_ = to_numpy(model.means)
+        self.var_ = to_numpy(model.var)
+
+
+class _DiscreteNB(_GenerativeEstimator):
+    """``fit_prior``/``class_prior`` as scikit-learn's discrete naive Bayes."""
+
+    _accept_sparse = True
+
+    def _priors(self, n_classes):
+        if self.class_prior is not None:
+            return self.class_prior
+        return None if self.fit_prior else [1.0 / n_classes] * n_classes
+
+
+class MultinomialNB(_DiscreteNB):
+    """Multinomial naive Bayes for counts (the core :class:`~torchglm.MultinomialNB`);
+    dense or scipy.sparse ``X`` (kept sparse).
+
+    Args:
+        alpha: additive smoothing ``>= 0`` (scikit-learn's ``force_alpha=True``).
+        fit_prior: fit the class priors (else uniform); class_prior: fixed priors.
+        device, dtype: torch device and dtype of the fitted statistics.
+
+    Attributes: ``feature_count_``, ``feature_log_prob_`` (K, d), ``class_count_``,
+    ``class_prior_``, ``classes_``, ``model_``.
+    """
+
+    _non_negative = True
+
+    def __init__(self, alpha=1.0, fit_prior=True, class_prior=None, device="cpu", dtype="float64"):
+        self.alpha = alpha
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
+        self.device = device
+        self.dtype = dtype
+
+    def _core_model(self, n_features, n_classes):
+        return models.MultinomialNB(
+            n_features, n_classes, alpha=self.alpha, priors=self._priors(n_classes), dtype=self._torch_dtype()
+        )
+
+    def _fitted_attributes(self, model):
+        self.feature_count_ = to_numpy(model.feature_count)
+        self.feature_log_prob_ = to_numpy(model.log_theta)
+
+
+class BernoulliNB(_DiscreteNB):
+    """Bernoulli naive Bayes (the core :class:`~torchglm.BernoulliNB`).
+
+    Args:
+        alpha: additive smoothing ``>= 0``.
+        binarize: threshold, ``x > binarize`` is 1 (scikit-learn's default 0.0);
+            ``None`` requires features in {0, 1}.
+        fit_prior, class_prior, device, dtype: as :class:`MultinomialNB`.
+
+    Attributes: ``feature_count_``, ``feature_log_prob_`` (K, d), ``class_count_``,
+    ``class_prior_``, ``classes_``, ``model_``.
+    """
+
+    def __init__(
+        self, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None, device="cpu", dtype="float64"
+    ):
+        self.alpha = alpha
+        self.binarize = binarize
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
+        self.device = device
+        self.dtype = dtype
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        # thresholding continuous features at ``binarize`` discards most of their
+        # information: low training accuracy on such data is the model, not a bug
+        tags.classifier_tags.poor_score = True
+        return tags
+
+    def _core_model(self, n_features, n_classes):
+        return models.BernoulliNB(
+            n_features,
+            n_classes,
+            alpha=self.alpha,
+            binarize=self.binarize,
+            priors=self._priors(n_classes),
+            dtype=self._torch_dtype(),
+        )
+
+    def _fitted_attributes(self, model):
+        self.feature_count_ = to_numpy(model.feature_count)
+        self.feature_log_prob_ = to_numpy(model.log_p)
+
+
+class PoissonNB(_DiscreteNB):
+    """Poisson naive Bayes for counts (the core :class:`~torchglm.PoissonNB`);
+    ``lambda_kj = (N_kj + alpha) / (n_k + beta)``.
+
+    Args:
+        alpha, beta: Gamma prior shape (pseudo-counts) and rate (pseudo-samples).
+        fit_prior, class_prior, device, dtype: as :class:`MultinomialNB`.
+
+    Attributes: ``feature_count_``, ``rate_`` (K, d), ``class_count_``,
+    ``class_prior_``, ``classes_``, ``model_``.
+    """
+
+    _non_negative = True
+
+    def __init__(self, alpha=1.0, beta=1.0, fit_prior=True, class_prior=None, device="cpu", dtype="float64"):
+        self.alpha = alpha
+        self.beta = beta
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
+        self.device = device
+        self.dtype = dtype
+
+    def _core_model(self, n_features, n_classes):
+        return models.PoissonNB(
+            n_features,
+            n_classes,
+            alpha=self.alpha,
+            beta=self.beta,
+            priors=self._priors(n_classes),
+            dtype=self._torch_dtype(),
+        )
+
+    def _fitted_attributes(self, model):
+        self.feature_count_ = to_numpy(model.feature_count)
+        self.rate_ = to_numpy(model.rate)

@@ -196,3 +196,31 @@ def test_tensorboard_hparams_history_and_summary(run_dir):
     assert "final/test_nll" in scalars  # the final metrics, beside the hparams
     assert hparams
     assert {"glm_summary/text_summary", "fit/text_summary"} <= tensors
+
+
+def test_heartbeat_reports_long_fits(tmp_path, capsys):
+    """A long fit without a progress bar prints a line per `every` seconds (here: every epoch)."""
+    assert (
+        main(
+            [
+                "--config",
+                TINY,
+                "--run_dir",
+                str(tmp_path / "run"),
+                "--model.solver",
+                "lbfgs",
+                "--model.model.init_args.l2",
+                "0.01",
+                "--trainer.max_epochs",
+                "4",
+                "--trainer.callbacks+=torchglm.training.progress.Heartbeat",
+                "--trainer.callbacks.every",
+                "0",
+            ]
+        )
+        == 0
+    )
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [f"epoch {i}" for i in range(4)]
+    # the first pass evaluates the (intercept-only) start; then every line shows the solver's state
+    assert all("loss" in line and "grad_norm" in line for line in lines[1:])

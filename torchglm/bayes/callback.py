@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -152,9 +154,15 @@ class BayesianEvaluation(pl.Callback):
             fit_map(model, train, prior)
         self.laplace = laplace_posterior(model, train, prior, fit=False)
         if self.num_chains:
+            # NUTS takes minutes on larger data and has no progress bar here: say what runs.
+            start = time.perf_counter()
+            print(f"BayesianEvaluation: NUTS, {self.num_chains} chains x ({self.warmup_steps} warmup + "
+                  f"{self.num_samples}) draws ...", file=sys.stderr, flush=True)
             self.samples = sample_posterior(model, train, self.laplace, num_chains=self.num_chains,
                                             num_samples=self.num_samples, warmup_steps=self.warmup_steps,
                                             seed=self.seed)
+            print(f"BayesianEvaluation: NUTS done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
+                  flush=True)
         table, diff = self._compare(model, x_test, y_test)
         self.report = {
             "prior": {"variance": lam, "bias_variance": self.bias_variance, "l2": model.l2,

@@ -35,6 +35,7 @@ from .._validation import InputError, fail
 from ..data.module import GLMDataModule
 from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
 from .predict import predict_main
+from .progress import Heartbeat
 from .rundir import RunDir, next_version
 from .task import GLMTask
 
@@ -100,6 +101,8 @@ class GLMCLI(LightningCLI):
             # epoch with the lowest validation loss: no "best" checkpoint of a stale
             # iterate is written at all.
             trainer.callbacks = [c for c in trainer.callbacks if not isinstance(c, ModelCheckpoint)]
+        if not trainer.progress_bar_callback:
+            trainer.callbacks.append(Heartbeat())
         self.last_checkpoint = LastCheckpoint(self.run_dir / "checkpoints")
         trainer.callbacks.append(self.last_checkpoint)
         return trainer

@@ -233,3 +233,20 @@ def test_a_claimed_optimum_is_verified_on_real_data(solver):
     assert r.converged, r.message
     assert_verified_optimum(m, x, y, r)
     assert torch.allclose(flat_parameters(m), flat_parameters(m), atol=0)
+
+
+@pytest.mark.parametrize("solver", ALL)
+def test_float32_model_polishes_in_float64_with_every_solver(solver):
+    """A float32 model fits in float32 and polishes in float64 whatever finished the
+    first stage (an L-BFGS stage that ended with exact Hessian steps passed that
+    Hessian on as Newton's fixed_hessian: a TypeError)."""
+    x, y, _ = _simulate("bernoulli", "logit", n=2000, d=5, seed=3)
+    m = LogisticRegression(5)  # float32
+    r, caught = _fit(m, x.float(), y, solver)
+    if r.converged:
+        assert r.extra.get("stages", ["torch.float64"])[-1] == "torch.float64"
+        m64 = LogisticRegression(5, dtype=torch.float64)
+        m64.load_state_dict({k: v.double() for k, v in m.state_dict().items()})
+        assert_verified_optimum(m64, x.double(), y, r)
+    else:
+        assert ConvergenceWarning in caught

@@ -145,7 +145,8 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     result = None
     for dt in stages:
         extra = {}
-        if result is not None and result.extra.get("hessian") is not None:
+        if (result is not None and result.extra.get("hessian") is not None
+                and issubclass(cls, NewtonFitter)):
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
             extra["fixed_hessian"] = result.extra["hessian"]
         fitter = cls(model, max_iter=max_iter, dtype=dt, **options, **extra)

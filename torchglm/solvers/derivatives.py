@@ -298,14 +298,11 @@ class PassSums:
         P = pairs.shape[1]
         hp = d2.unsqueeze(-1) if d2.dim() == 1 else d2[:, pairs[0], pairs[1]]  # (n, P)
         B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
-        Bb = torch.zeros(P * d, dtype=x.dtype, device=x.device)
         rows = _chunk_rows(x, P * d)
         for i in range(0, x.shape[0], rows):
             xc, hc = x[i:i + rows], hp[i:i + rows]
             hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
             B.addmm_(xc.T, hx)
-            if self.has_bias:
-                Bb += hx.sum(0)
         # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
         B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
         full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
@@ -315,7 +312,7 @@ class PassSums:
         H[:md, :md] += full.permute(0, 2, 1, 3).reshape(md, md)
         if self.has_bias:
             cross = torch.zeros(m, m, d, dtype=x.dtype, device=x.device)
-            Bb = Bb.view(P, d)
+            Bb = _rt_x(hp, x)  # (P, d): sum_i h_kl,i x_i
             cross[pairs[0], pairs[1]] = Bb
             cross[pairs[1], pairs[0]] = Bb
             H[:md, md:] += cross.permute(0, 2, 1).reshape(md, m)

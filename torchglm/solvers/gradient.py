@@ -13,6 +13,7 @@ import torch
 
 from .._validation import check_positive, fail
 from .derivatives import PassSums
+from .linalg import jacobi_inverse
 from .stepper import StepFitter
 
 __all__ = ["GradientDescentFitter", "CoordinateDescentFitter", "LBFGSFitter"]
@@ -164,15 +165,30 @@ class LBFGSFitter(StepFitter):
             # A first step no longer than 1: the objective is a mean, so its
             # curvature is O(1) for standardized features.
             return -q / q.norm().clamp_min(1.0), None
+        sv, yv, _ = self.pairs[-1]
+        q = self.two_loop(q, (sv @ yv) / (yv @ yv))
+        # g^T H~ g: the Newton decrement with the L-BFGS inverse-Hessian approximation.
+        return -q, float(s.grad @ q)
+
+    def two_loop(self, q: torch.Tensor, h0) -> torch.Tensor:
+        """``H~ q``: the two-loop recursion over the stored pairs from ``H~0 = h0``
+        (a scalar or a diagonal as a vector)."""
         alphas = []
         for sv, yv, rho in reversed(self.pairs):
             a = rho * (sv @ q)
             q = q - a * yv
             alphas.append(a)
-        sv, yv, _ = self.pairs[-1]
-        q = q * ((sv @ yv) / (yv @ yv))
+        q = q * h0
         for (sv, yv, rho), a in zip(self.pairs, reversed(alphas)):
             b = rho * (yv @ q)
             q = q + (a - b) * sv
-        # g^T H~ g: the Newton decrement with the L-BFGS inverse-Hessian approximation.
-        return -q, float(s.grad @ q)
+        return q
+
+    def cg_preconditioner(self, s: PassSums):
+        # The finishing Newton-CG solves with the L-BFGS inverse Hessian started from
+        # Jacobi's diag(H)^-1 (scale-invariant, and it holds the curvature the pairs
+        # measured): at an L-BFGS stop CG then needs few products.
+        if not self.pairs or s.diag is None:
+            return None
+        h0 = jacobi_inverse(s.diag)
+        return lambda v: self.two_loop(v, h0)

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-__all__ = ["cg_solve", "equilibrate", "newton_direction", "shift_null_projector"]
+__all__ = ["cg_solve", "equilibrate", "jacobi_inverse", "newton_direction", "shift_null_projector"]
 
 
 def equilibrate(H: torch.Tensor) -> torch.Tensor:
@@ -115,13 +115,22 @@ def shift_null_projector(m: int, d: int, has_bias: bool, unpenalized: torch.Tens
     return N
 
 
-def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
-             max_iter: int | None = None):
-    """Truncated, Jacobi-preconditioned conjugate gradients for ``H x = -g``.
+def jacobi_inverse(diag: torch.Tensor) -> torch.Tensor:
+    """``1 / diag(H)`` where positive and finite, 1 elsewhere (Jacobi's preconditioner)."""
+    return torch.where(torch.isfinite(diag) & (diag > 0),
+                       1.0 / diag.clamp_min(torch.finfo(diag.dtype).tiny), torch.ones_like(diag))
 
-    ``H`` is reached only through ``hvp(v) = H v``. With ``P = diag(H)^{-1}``
-    (:func:`equilibrate` squared), residuals are measured in the scale-invariant
-    norm ``||r||_P = sqrt(r^T P r)``; CG stops at
+
+def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
+             max_iter: int | None = None, precondition=None):
+    """Truncated, preconditioned conjugate gradients for ``H x = -g``.
+
+    ``H`` is reached only through ``hvp(v) = H v``. The preconditioner ``P`` is
+    Jacobi's, ``diag(H)^{-1}`` (:func:`equilibrate` squared), or ``precondition(v) =
+    P v`` for another symmetric positive definite ``P`` that transforms like ``H^{-1}``
+    under column scaling (an L-BFGS inverse Hessian started from the Jacobi one).
+    Residuals are measured in the scale-invariant norm ``||r||_P = sqrt(r^T P r)``;
+    CG stops at
     ``||r||_P <= min(forcing, sqrt(||g||_P)) ||g||_P`` (Nocedal & Wright 7.1), at
     ``max_iter`` products, or on non-positive curvature.
 
@@ -130,15 +139,18 @@ def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
         non-positive curvature), the number of products, and whether the residual
         target was met.
     """
-    pre = torch.where(torch.isfinite(diag) & (diag > 0),
-                      1.0 / diag.clamp_min(torch.finfo(g.dtype).tiny), torch.ones_like(diag))
+    if precondition is None:
+        pre = jacobi_inverse(diag)
+
+        def precondition(v):
+            return pre * v
     # Beyond p products only in finite precision (ill-conditioned H), so 2p, capped.
     max_iter = min(max(2 * g.numel(), 50), 500) if max_iter is None else max_iter
-    gnorm = float(torch.sqrt(g @ (pre * g)))
+    gnorm = math.sqrt(max(float(g @ precondition(g)), 0.0))
     target = min(forcing, math.sqrt(gnorm)) * gnorm
     x = torch.zeros_like(g)
     r = -g
-    z = pre * r
+    z = precondition(r)
     p = z.clone()
     rz = float(r @ z)
     n = 0
@@ -151,7 +163,7 @@ def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
         alpha = rz / pAp
         x = x + alpha * p
         r = r - alpha * Ap
-        z = pre * r
+        z = precondition(r)
         rz_new = float(r @ z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
             return x, n, True

@@ -353,10 +353,15 @@ class StepFitter(Fitter):
 
     def cg_step(self, s: PassSums, max_cg: int | None = None):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`)."""
-        x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg)
+        x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg,
+                                             precondition=self.cg_preconditioner(s))
         self.result.extra.setdefault("cg_iterations", []).append(n_cg)
         x = self.remove_shift(x)
         return x, float(-(s.grad @ x))
+
+    def cg_preconditioner(self, s: PassSums):
+        """``v -> P v`` for Newton-CG, or ``None`` for Jacobi's ``diag(H)^{-1}``."""
+        return None
 
     def finish_direction(self, s: PassSums):
         """The Newton-type step of the finishing phase (exact Hessian or Newton-CG)."""

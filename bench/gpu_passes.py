@@ -1,0 +1,190 @@
+"""One pass of sums on an accelerator against the hand-written matrix product, and
+whole fits per solver (issue 15's table, rerun).
+
+    python bench/gpu_passes.py                 # CUDA if present, else the CPU (small sizes)
+    python bench/gpu_passes.py --device cpu --quick
+
+Per problem and dtype it times (synchronized, best of ``--repeats``):
+
+* ``pass[curvature]``: one :class:`~torchglm.solvers.derivatives.PassSums` pass over
+  the data held on the device (``None``: E and g; ``full``: + the exact Hessian;
+  ``hvp``: + the diagonal and the kept curvature) and one Hessian-vector product;
+* ``reference``: the same Hessian as one hand-written product ``X~^T (h X~)``
+  (binary) or one product over all class pairs ``X~^T [h_kl X~]`` (softmax), with
+  ``h`` from ``torch.sigmoid``/``torch.softmax``: the floor a pass can reach;
+* whole fits with ``fit(model, x, y, solver=...)``: seconds, iterations, converged,
+  and the largest coefficient difference to the float64 CPU fit of the same data.
+
+Writes ``bench/results/gpu_passes.json`` (device name, torch version, every number).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import time
+import warnings
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).resolve().parents[1] / "bench" / "results"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats: int) -> float:
+    fn()  # warm-up (kernels, allocator)
+    _sync(device)
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def problem(kind: str, n: int, d: int, K: int | None, dtype, device, seed: int = 0):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    if kind == "softmax":
+        w = torch.randn(d, K, generator=g, dtype=torch.float64) / d**0.5
+        y = torch.distributions.Categorical(logits=x @ w).sample()
+    else:
+        w = torch.randn(d, generator=g, dtype=torch.float64) / d**0.5
+        y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(x @ w)).long()
+    return x.to(device, dtype), y.to(device)
+
+
+def pass_times(kind, x, y, K, repeats):
+    from torchglm.data import TensorBatches
+    from torchglm.models import GeneralizedLinearModel
+    from torchglm.solvers.derivatives import PassSums, flat_parameters
+
+    n, d = x.shape
+    fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", "logit")
+    model = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=x.dtype).to(x.device)
+    with torch.no_grad():
+        model.linear.weight.normal_(0, 0.1)
+    theta = flat_parameters(model).to(x.device)
+    batches = list(TensorBatches(x, y))
+    out = {}
+    sums = {}
+    for curvature in (None, "full", "hvp"):
+        def one(curvature=curvature):
+            s = PassSums(model, theta, curvature)
+            for b in batches:
+                s.add(b)
+            sums[curvature] = s.finish()
+        out[f"pass[{curvature}]_s"] = timed(one, x.device, repeats)
+    v = torch.randn_like(theta)
+    out["hvp_s"] = timed(lambda: sums["hvp"].hvp(v), x.device, repeats)
+
+    xt = torch.cat([x, torch.ones_like(x[:, :1])], 1)
+    W = model.linear.weight.detach()
+    if kind == "softmax":
+        pairs = torch.triu_indices(K, K, device=x.device)
+
+        def reference():
+            p = torch.softmax(x @ W.T + model.linear.bias.detach(), -1)
+            h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
+            hx = (xt.unsqueeze(1) * h.unsqueeze(-1)).reshape(n, -1)
+            return xt.T @ hx
+    else:
+        def reference():
+            p = torch.sigmoid(x @ W[0] + model.linear.bias.detach())
+            return xt.T @ (xt * (p * (1 - p)).unsqueeze(-1))
+    # The softmax reference's (n, P d~) product does not fit at once: row chunks.
+    if kind == "softmax":
+        rows = max(1, 2**27 // (pairs.shape[1] * (d + 1)))
+
+        def reference_chunked():
+            total = 0
+            for i in range(0, n, rows):
+                xi, ti = x[i:i + rows], xt[i:i + rows]
+                p = torch.softmax(xi @ W.T + model.linear.bias.detach(), -1)
+                h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
+                total = total + ti.T @ (ti.unsqueeze(1) * h.unsqueeze(-1)).reshape(ti.shape[0], -1)
+            return total
+        out["reference_full_s"] = timed(reference_chunked, x.device, repeats)
+    else:
+        out["reference_full_s"] = timed(reference, x.device, repeats)
+    P = 1 if K is None else K * (K + 1) // 2
+    flops = 2 * n * (d + 1) ** 2 * P
+    out["full_pass_tflops"] = flops / out["pass[full]_s"] / 1e12
+    out["ratio_full_to_reference"] = out["pass[full]_s"] / out["reference_full_s"]
+    return out
+
+
+def fits(kind, x, y, K, solvers, x_cpu=None):
+    from torchglm.models import GeneralizedLinearModel
+    from torchglm.solvers import fit
+
+    fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", "logit")
+    d = x.shape[1]
+    ref = None
+    if x_cpu is not None:
+        ref = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=torch.float64)
+        fit(ref, x_cpu.double(), y.cpu(), solver="newton", tol=1e-14)
+    rows = {}
+    for solver in solvers:
+        m = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=x.dtype).to(x.device)
+        _sync(x.device)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = fit(m, x, y, solver=solver, tol=1e-10)
+        _sync(x.device)
+        row = {"time_s": time.perf_counter() - t0, "n_iter": r.n_iter, "converged": r.converged,
+               "passes": r.extra.get("passes"), "message": r.message[:160]}
+        if ref is not None:
+            row["max_coef_diff_to_cpu_f64"] = float(
+                (m.linear.weight.detach().cpu().double() - ref.linear.weight.detach()).abs().max())
+        rows[solver] = row
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--out", default=str(RESULTS / "gpu_passes.json"))
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    small = args.quick or device.type == "cpu"
+    info = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": small}
+    problems = ([("logit", 100_000, 100, None), ("softmax", 50_000, 100, 10)] if small else
+                [("logit", 4_000_000, 100, None), ("softmax", 1_000_000, 100, 10)])
+    report = {"machine": info, "passes": {}, "fits": {}}
+    for kind, n, d, K in problems:
+        for dtype in (torch.float32, torch.float64):
+            x, y = problem(kind, n, d, K, dtype, device)
+            key = f"{kind} n={n} d={d}" + (f" K={K}" if K else "") + f" {str(dtype)[6:]}"
+            report["passes"][key] = pass_times(kind, x, y, K, args.repeats)
+            print(key, json.dumps(report["passes"][key]), flush=True)
+            del x, y
+    fit_problems = ([("logit", 100_000, 50, None), ("softmax", 50_000, 50, 10)] if small else
+                    [("logit", 2_000_000, 256, None), ("softmax", 1_000_000, 100, 10)])
+    for kind, n, d, K in fit_problems:
+        for dtype in (torch.float32, torch.float64):
+            x, y = problem(kind, n, d, K, dtype, device)
+            key = f"{kind} n={n} d={d}" + (f" K={K}" if K else "") + f" {str(dtype)[6:]}"
+            solvers = ["auto", "newton", "lbfgs", "newton-cg"]
+            report["fits"][key] = fits(kind, x, y, K, solvers,
+                                       x_cpu=x.cpu() if dtype == torch.float64 and n <= 1_000_000 else None)
+            print(key, json.dumps(report["fits"][key]), flush=True)
+            del x, y
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(report, indent=1))
+    print("wrote", args.out)
+
+
+if __name__ == "__main__":
+    main()

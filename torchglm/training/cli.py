@@ -183,7 +183,8 @@ def run(cli: GLMCLI) -> dict[str, Any]:
         raise fail("fit", "finite, well-scaled data", f"a numerical failure ({_one_line(err)}); "
                    "standardize the features (data.standardize: true) or rescale them") from None
     except BaseException:
-        # A crash or interrupt keeps what the run wrote (last.ckpt) for --resume.
+        # A crash or Ctrl-C (Lightning exits with SystemExit(1)) keeps what the run
+        # wrote, last.ckpt included, for --resume.
         rd.commit()
         raise
     rd.commit()
@@ -191,11 +192,9 @@ def run(cli: GLMCLI) -> dict[str, Any]:
 
 
 def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, Any]:
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*weights_only.*", category=FutureWarning)
-        trainer.fit(task, datamodule=dm, ckpt_path=resume, weights_only=False)
-    if trainer.interrupted:
-        raise KeyboardInterrupt
+    # weights_only=False: the checkpoint was read and checked above (and our own
+    # checkpoints hold the config and fit record); passing it also spares torch's notice.
+    trainer.fit(task, datamodule=dm, ckpt_path=resume, weights_only=False)
     fit_seconds = task.fit_seconds()
     model_ckpt = run_dir / MODEL_CKPT
     best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
@@ -206,7 +205,8 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
         trainer.strategy.barrier("model_ckpt")
     else:
         # Pass-based: the solver's final estimate (its stopping rule, not the epoch
-        # with the best validation loss; the trainer may stop before validating it).
+        # with the best validation loss; the trainer may stop before validating it);
+        # sgd without a monitored best: the last epoch.
         tmp = run_dir / f".{MODEL_CKPT}.tmp-{os.getpid()}"
         trainer.save_checkpoint(tmp)
         if trainer.is_global_zero:

@@ -224,3 +224,21 @@ def test_heartbeat_reports_long_fits(tmp_path, capsys):
     assert [line.split(":")[0] for line in lines] == [f"epoch {i}" for i in range(4)]
     # the first pass evaluates the (intercept-only) start; then every line shows the solver's state
     assert all("loss" in line and "grad_norm" in line for line in lines[1:])
+
+
+def test_warnings_are_one_line_without_library_paths(tmp_path):
+    proc = _run(
+        "--config",
+        TINY,
+        "--run_dir",
+        str(tmp_path / "w"),
+        "--model.solver",
+        "newton",
+        "--trainer.max_epochs",
+        "2",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        "ConvergenceWarning: stopped by the trainer after 2 passes, before the 'newton' solver's stopping rule held"
+    ]

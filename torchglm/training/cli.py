@@ -312,9 +312,16 @@ def configure_console(verbose: bool) -> None:
     # main() passes the arguments it has already read from sys.argv (minus -v).
     warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
     if not verbose:
+        # One line per warning, without the source line of whichever library frame
+        # raised it (a ConvergenceWarning from on_train_end points into Lightning).
+        warnings.formatwarning = _short_warning
         # Full-batch fits have one step per epoch, fewer than the logging interval.
         warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+
+
+def _short_warning(message, category, filename, lineno, line=None) -> str:
+    return f"{category.__name__}: {message}\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -257,6 +257,8 @@ def test_failed_rerun_restores_an_existing_run_dir(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "2"]) == 0
     capsys.readouterr()
+    # the backup of an earlier rerun that was killed outright: removed by the next run
+    (tmp_path / ".run.backup-999999").mkdir()
     before = _snapshot(run)
     code = main(
         [

@@ -10,7 +10,8 @@ and ``metrics.json`` into one directory. :class:`RunDir` makes that safe:
   that existed (``--resume``, a rerun) is copied aside first and restored. GLM run
   directories are small (kilobytes to a few megabytes), so the copy is cheap. A
   run killed outright (SIGKILL, power loss) keeps what it wrote, ``last.ckpt``
-  included, for ``--resume``.
+  included, for ``--resume`` (and a backup copy beside it, removed by the next
+  run that locks the directory).
 """
 
 from __future__ import annotations
@@ -105,8 +106,10 @@ class RunDir:
         self._fd = fd
 
     def _back_up(self) -> None:
+        # Backups left by runs killed outright: we hold the lock, so their owners are gone.
+        for stale in self.path.parent.glob(f".{self.path.name}.backup-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         self.backup = self.path.with_name(f".{self.path.name}.backup-{os.getpid()}")
-        shutil.rmtree(self.backup, ignore_errors=True)
         shutil.copytree(self.path, self.backup, ignore=shutil.ignore_patterns(LOCK_NAME), symlinks=True)
 
     def rollback(self) -> None:

@@ -439,5 +439,5 @@ def test_gda_argument_errors():
     model = LinearDiscriminantAnalysis(3, 2)
     with pytest.raises(InputError, match="dense"):
         model.fit(torch.eye(3).to_sparse(), torch.tensor([0, 1, 0]))
-    with pytest.raises(InputError, match="torch.Tensor"):
-        model.fit(np.eye(3), torch.tensor([0, 1, 0]))
+    with pytest.raises(InputError, match="array-like of numbers"):
+        model.fit(np.array([["a"] * 3] * 3), torch.tensor([0, 1, 0]))

@@ -74,7 +74,7 @@ def test_unfitted_model_refuses_to_predict(make, method):
         (torch.zeros(2, 4), "X: expected 3 feature columns, got 4"),
         (torch.zeros(3), "X: expected a 2-D tensor"),
         (torch.zeros(2, 3, dtype=torch.long), "X: expected a floating-point tensor"),
-        (np.zeros((2, 3)), "X: expected a torch.Tensor, got ndarray"),
+        (np.array([["a"] * 3]), "X: expected a tensor or an array-like of numbers"),
     ],
 )
 def test_predict_validates_like_fit(method, x, match):

@@ -5,6 +5,8 @@
 # train.py, e.g. `bash scripts/quickstart.sh --trainer.max_epochs 10`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e .
-python train.py --config configs/quickstart.yaml "$@"
+# `python` where it exists, else `python3` (Debian/Ubuntu ship only the latter).
+PYTHON="$(command -v python || command -v python3)"
+"$PYTHON" -m pip install -q "torch==2.13.0"
+"$PYTHON" -m pip install -q -e .
+"$PYTHON" train.py --config configs/quickstart.yaml "$@"

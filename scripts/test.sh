@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Set up (idempotent) and run the test suite. torch is pinned first so pip never
+# Set up (idempotent), lint, and run the test suite. torch is pinned first so pip never
 # resolves a multi-GB CUDA build on a machine without torch.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-python -m pip install -q "torch==2.13.0"
-python -m pip install -q -e ".[dev]"
+# `python` where it exists, else `python3` (Debian/Ubuntu ship only the latter).
+PYTHON="$(command -v python || command -v python3)"
+"$PYTHON" -m pip install -q "torch==2.13.0"
+"$PYTHON" -m pip install -q -e ".[dev]"
+# Lint first (config: [tool.ruff] in pyproject.toml); a finding fails the run.
+"$PYTHON" -m ruff check .
 # One intra-op thread: the tests' tensors are tiny, and on a 2-core machine torch's
 # thread pool costs more than it saves (multi-process tests set their own threads).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
-python -m pytest -q "$@"
+"$PYTHON" -m pytest -q "$@"

@@ -294,16 +294,13 @@ def identifiability(info: torch.Tensor, tol: float = _RANK_TOL) -> Identifiabili
     return Identifiability(int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), evecs[:, ~keep], s)
 
 
-def _coef_names(model, feature_names) -> list[str]:
-    m, d = model.linear.weight.shape
+def _features(model, feature_names) -> list[str]:
+    """The columns' names: ``feature_names`` (checked), else ``x0, x1, ...``."""
     if feature_names is None:
-        feature_names = [f"x{j}" for j in range(d)]
-    elif len(feature_names) != d:
-        raise fail("feature_names", f"{d} names", len(feature_names))
-    names = list(feature_names) if m == 1 else [f"{k}:{n}" for k in range(m) for n in feature_names]
-    if model.linear.bias is not None:
-        names += ["intercept"] if m == 1 else [f"{k}:intercept" for k in range(m)]
-    return names
+        return [f"x{j}" for j in range(model.n_features)]
+    if len(feature_names) != model.n_features:
+        raise fail("feature_names", f"{model.n_features} names", len(feature_names))
+    return list(feature_names)
 
 
 class _Sums:
@@ -336,13 +333,11 @@ class _Sums:
 
 
 def _batch_eta(model, batch: Batch, dtype):
-    x = batch.x.to(dtype)
-    W = model.linear.weight.detach().to(dtype)
-    eta = (x @ W.T).squeeze(-1)
-    if model.linear.bias is not None:
-        eta = eta + model.linear.bias.detach().to(dtype)
-    if batch.offset is not None:
-        eta = eta + batch.offset.to(dtype)
+    """``eta`` at the model's parameters (the model's ``linear_predictor``), targets and
+    weights, all in ``dtype``."""
+    theta = flat_parameters(model, dtype)
+    offset = None if batch.offset is None else batch.offset.to(dtype)
+    eta = model.linear_predictor(theta, batch.x.to(dtype), offset)
     y = batch.y.to(dtype) if batch.y.is_floating_point() else batch.y
     w = None if batch.weight is None else batch.weight.to(dtype)
     return eta, y, w
@@ -624,7 +619,7 @@ class _FitStats(NamedTuple):
 
 def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
     fam = model.family
-    sums = _Sums(fam, dtype, model.linear.weight.device)
+    sums = _Sums(fam, dtype, flat_parameters(model).device)
     for batch in batches:
         eta, yb, w = _batch_eta(model, batch, dtype)
         sums.has_offset |= batch.offset is not None
@@ -640,7 +635,7 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
     all_reduce_sum(null_dev)
     dispersion = fam.has_dispersion
     return _FitStats(
-        names=_coef_names(model, feature_names), J=None, S=sums.weight, nobs=nobs, n_rows=int(sums.rows),
+        names=model.parameter_names(_features(model, feature_names)), J=None, S=sums.weight, nobs=nobs, n_rows=int(sums.rows),
         n_constants=1, scale=1.0, scale_from_pearson=dispersion,
         concentrated=fam.name == "gaussian" and fam.link.name == "identity",
         pearson=float(sums.pearson),
@@ -653,9 +648,9 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
 def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
     """Softmax regression: contrasts against class 0, multinomial log-likelihoods."""
     fam = model.family
-    K, d = model.linear.weight.shape
-    has_bias = model.linear.bias is not None
-    device = model.linear.weight.device
+    K, d = model.n_outputs, model.n_features
+    has_bias = model.n_bias > 0
+    device = flat_parameters(model).device
     counts = torch.zeros(K, dtype=dtype, device=device)
     S, rows, nll_sum, saturated = (torch.zeros((), dtype=dtype, device=device) for _ in range(4))
     for batch in batches:
@@ -676,9 +671,7 @@ def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
     p = K * d + (K if has_bias else 0)
     cols = d + has_bias
     J = torch.zeros((K - 1) * cols, p, dtype=dtype, device=device)
-    features = [f"x{j}" for j in range(d)] if feature_names is None else list(feature_names)
-    if len(features) != d:
-        raise fail("feature_names", f"{d} names", len(features))
+    features = _features(model, feature_names)
     names = []
     for k in range(1, K):
         for j in range(cols):

@@ -1,7 +1,7 @@
 """A GLM's coefficients as one flat vector ``theta = (vec W, b)``, the linear
 predictor for one or many ``theta`` and the summed negative log-likelihood.
 
-The order is the solvers' (:mod:`torchglm.solvers.derivatives`): ``W`` has one row
+The order is the model's (:class:`~torchglm.models.GeneralizedLinearModel`): ``W`` has one row
 per output (1 for binary models, ``K`` for softmax) flattened row by row, so
 ``theta[k * d + j] = W[k, j]``; the bias entries follow. Sums run over batches
 (the library's pass contract), so the same code serves in-memory tensors and
@@ -42,31 +42,22 @@ def as_batches(data, model: GeneralizedLinearModel) -> Iterable[Batch]:
 
 
 def n_weights(model) -> int:
-    return model.linear.weight.numel()
+    return model.n_weights
 
 
 def n_bias(model) -> int:
-    return model.linear.bias.numel() if model.linear.bias is not None else 0
+    return model.n_bias
 
 
 def linear_predictor(model, theta: torch.Tensor, x: torch.Tensor,
                      offset: torch.Tensor | None = None) -> torch.Tensor:
-    """``eta = x W^T + b`` for one ``theta`` (p,) or many (S, p).
+    """``eta = x W^T + b (+ offset)`` for one ``theta`` (p,) or many (S, p): the model's
+    :meth:`~torchglm.models.GeneralizedLinearModel.linear_predictor`.
 
     Returns shape ``(n,)``/``(n, K)`` for one ``theta`` and ``(S, n)``/``(S, n, K)``
     for a stack.
     """
-    k, d = model.linear.weight.shape
-    m = k * d
-    W = theta[..., :m].reshape(*theta.shape[:-1], k, d)
-    eta = torch.einsum("nd,...kd->...nk", x, W)
-    if model.linear.bias is not None:
-        eta = eta + theta[..., m:].unsqueeze(-2)
-    if not model.family.multi_output:
-        eta = eta.squeeze(-1)
-    if offset is not None:
-        eta = eta + (offset.unsqueeze(-1) if model.family.multi_output else offset)
-    return eta
+    return model.linear_predictor(theta, x, offset)
 
 
 def _batch_nll(model, theta, batch: Batch) -> torch.Tensor:
@@ -92,7 +83,7 @@ def identified_basis(model, prior: GaussianPrior, like: torch.Tensor) -> torch.T
     posterior is taken on the complement of ``v`` (equivalently: biases centred to
     sum to zero).
     """
-    if not (model.family.multi_output and model.linear.bias is not None and prior.bias_variance is None):
+    if not (model.family.multi_output and model.n_bias and prior.bias_variance is None):
         return None
     k = n_bias(model)
     m = n_weights(model)

@@ -125,7 +125,7 @@ def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", **options
     weight = data[2] if len(data) == 3 else None
     total = float(x.shape[0]) if weight is None else float(weight.sum())
     model.l2 = prior.l2(total)
-    if prior.bias_variance is None or model.linear.bias is None:
+    if prior.bias_variance is None or not model.n_bias:
         return solvers.fit(model, x, y, weight=weight, solver=solver, **options)
     c = math.sqrt(prior.bias_variance / prior.variance)
     aug = GeneralizedLinearModel(model.n_features + 1, model.family, n_classes=model.n_classes,
@@ -209,5 +209,5 @@ def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool
     return LaplacePosterior(
         mean=theta, covariance=cov, precision=H, scale=scale, log_evidence=log_evidence,
         log_likelihood=-float(nll), grad_norm=float(grad_post.norm()), prior=prior, basis=basis,
-        shape=(model.n_outputs, model.n_features, model.linear.bias is not None),
+        shape=(model.n_outputs, model.n_features, model.n_bias > 0),
     )

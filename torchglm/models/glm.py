@@ -16,6 +16,7 @@ Gaussian prior ``w ~ N(0, lambda I)`` of seed 003 with ``l2 = 1 / (lambda sum_i 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ._fitted import FittedFlag
@@ -36,11 +37,40 @@ from ..families import Family, get_family
 from ..links import Link
 
 __all__ = [
+    "linear_predictor",
     "GeneralizedLinearModel",
     "LogisticRegression",
     "ProbitRegression",
     "SoftmaxRegression",
 ]
+
+
+def linear_predictor(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                     offset: torch.Tensor | None = None, multi_output: bool = False) -> torch.Tensor:
+    """``eta = x W^T + b + offset`` (seed 000, "Generalized linear models"): the one
+    place the linear predictor is written.
+
+    Args:
+        x: features (n, d).
+        weight: ``W`` (K, d), or a stack (S, K, d) (e.g. posterior draws).
+        bias: ``b`` (K,) or (S, K); ``None`` without intercept.
+        offset: a known term (n,) added to every output's eta.
+        multi_output: keep the output axis (softmax); otherwise it is squeezed.
+
+    Returns:
+        (n,) or (n, K) for one ``W``; (S, n) or (S, n, K) for a stack.
+    """
+    if weight.dim() == 2:
+        eta = F.linear(x, weight, bias)
+    else:
+        eta = torch.einsum("nd,...kd->...nk", x, weight)
+        if bias is not None:
+            eta = eta + bias.unsqueeze(-2)
+    if not multi_output:
+        eta = eta.squeeze(-1)
+    if offset is not None:
+        eta = eta + (offset.unsqueeze(-1) if multi_output else offset)
+    return eta
 
 
 class GeneralizedLinearModel(FittedFlag, nn.Module):
@@ -106,12 +136,49 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
 
     def forward(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
         """Linear predictor ``eta = x W^T + b (+ offset)``: (n,) or (n, K) for softmax."""
-        eta = self.linear(x)
-        if not self.family.multi_output:
-            eta = eta.squeeze(-1)
-        if offset is not None:
-            eta = eta + offset
-        return eta
+        return linear_predictor(x, self.linear.weight, self.linear.bias, offset, self.family.multi_output)
+
+    # -- parameter layout -----------------------------------------------------
+    # The flat vector ``theta = [vec W, b]``: weight row ``k`` (output ``k``) feature ``j``
+    # at ``k * n_features + j``, then the biases at ``n_outputs * n_features + k``.
+    @property
+    def n_weights(self) -> int:
+        """Entries of ``W`` in ``theta`` (``n_outputs * n_features``)."""
+        return self.linear.weight.numel()
+
+    @property
+    def n_bias(self) -> int:
+        """Entries of ``b`` in ``theta`` (``n_outputs``, 0 without intercept)."""
+        return self.n_outputs if self.linear.bias is not None else 0
+
+    def linear_predictor(self, theta: torch.Tensor, x: torch.Tensor,
+                         offset: torch.Tensor | None = None) -> torch.Tensor:
+        """``eta = x W^T + b + offset`` at flat parameters ``theta`` (p,) or a stack (S, p)
+        (:func:`linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack."""
+        m = self.n_weights
+        W = theta[..., :m].reshape(*theta.shape[:-1], *self.linear.weight.shape)
+        b = theta[..., m:] if self.n_bias else None
+        return linear_predictor(x, W, b, offset, self.family.multi_output)
+
+    def parameter_names(self, feature_names: list[str] | None = None) -> list[str]:
+        """Names of ``theta``'s entries, in its order.
+
+        Without ``feature_names``: ``weight[k,j]`` then ``bias[k]``. With them (one per
+        column): the feature's name (``k:name`` with several outputs), then
+        ``intercept`` (``k:intercept``).
+
+        Raises:
+            InputError: ``feature_names`` not of length ``n_features``.
+        """
+        m, d = self.linear.weight.shape
+        if feature_names is None:
+            weights = [f"weight[{k},{j}]" for k in range(m) for j in range(d)]
+            return weights + [f"bias[{k}]" for k in range(self.n_bias)]
+        if len(feature_names) != d:
+            raise fail("feature_names", f"{d} names", len(feature_names))
+        prefix = [""] if m == 1 else [f"{k}:" for k in range(m)]
+        names = list(feature_names) if m == 1 else [f"{p}{n}" for p in prefix for n in feature_names]
+        return names + [f"{p}intercept" for p in prefix[: self.n_bias]]
 
     def as_data(self, x, y=None, weight=None, offset=None):
         """Array-likes (NumPy, pandas, scipy.sparse, lists) as tensors on the model's

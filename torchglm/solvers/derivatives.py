@@ -140,12 +140,9 @@ def set_flat_parameters(model, theta: torch.Tensor) -> None:
 
 
 def parameter_names(model) -> list[str]:
-    """Names of the flat parameters: ``weight[k,j]`` then ``bias[k]``."""
-    m, d = model.linear.weight.shape
-    names = [f"weight[{k},{j}]" for k in range(m) for j in range(d)]
-    if model.linear.bias is not None:
-        names += [f"bias[{k}]" for k in range(m)]
-    return names
+    """Names of the flat parameters: ``weight[k,j]`` then ``bias[k]`` (the model's
+    :meth:`~torchglm.models.GeneralizedLinearModel.parameter_names`)."""
+    return model.parameter_names()
 
 
 def hessian_cost(model) -> float:

@@ -5,7 +5,8 @@ for importing Lightning.
 """
 
 from .batches import Batch, TensorBatches
-from .datasets import DATASETS, Dataset, load_dataset
+from .dataset import Dataset
+from .datasets import DATASETS, load_dataset
 from .files import Table, read_table
 
 __all__ = ["Batch", "TensorBatches", "DATASETS", "Dataset", "load_dataset", "Table", "read_table",

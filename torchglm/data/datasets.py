@@ -10,48 +10,17 @@ one line::
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Literal, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
 from .._validation import fail
+from .dataset import Dataset, Task
+from .movie_reviews import movie_review_counts
+from .simulate import glm_dataset
 
 __all__ = ["Dataset", "DATASETS", "load_dataset", "gaussian_classes", "moons", "xor"]
-
-Task = Literal["classification", "regression"]
-
-
-@dataclass
-class Dataset:
-    """An in-memory dataset.
-
-    Attributes:
-        x: features, float64 (n_samples, n_features).
-        y: targets (n_samples,): integer class labels 0..K-1, or real values.
-        task: ``"classification"`` or ``"regression"``.
-        n_classes: number of classes (classification), else ``None``.
-        feature_names: one name per column.
-        description: one line on where the data come from.
-        weight: optional sample weights (n_samples,): frequency weights, or the
-            numbers of trials of a binomial family.
-        offset: optional known term added to eta (n_samples,), e.g. log exposure.
-    """
-
-    x: np.ndarray
-    y: np.ndarray
-    task: Task
-    n_classes: int | None = None
-    feature_names: list[str] = field(default_factory=list)
-    description: str = ""
-    weight: np.ndarray | None = None
-    offset: np.ndarray | None = None
-
-    def __post_init__(self):
-        if not self.feature_names:
-            self.feature_names = [f"x{j}" for j in range(self.x.shape[1])]
-
 
 def _sklearn(loader: str, task: Task) -> Callable[[], Dataset]:
     def load() -> Dataset:
@@ -164,19 +133,14 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
 }
 
 # Data simulated from each single-output GLM family (``glm_poisson`` etc.; options:
-# link, n_samples, n_features, dispersion, seed). Imported here, after Dataset
-# exists, because simulate.glm_dataset builds Datasets.
-from .simulate import glm_dataset  # noqa: E402
-
+# link, n_samples, n_features, dispersion, seed).
 DATASETS.update({f"glm_{f}": partial(glm_dataset, f)
                  for f in ("gaussian", "bernoulli", "binomial", "poisson", "gamma", "exponential")})
 
 
 def _movie_reviews(min_count: int = 2, max_size: int | None = None, include_plots: bool = False) -> Dataset:
     """Real Rotten Tomatoes review snippets (fresh/rotten) as bag-of-words counts
-    (shipped in ``torchglm/datasets``; provenance in its README)."""
-    from ..datasets import movie_review_counts
-
+    (shipped in ``torchglm/data/movie_reviews``; provenance in its README)."""
     return movie_review_counts(min_count, max_size, include_plots)
 
 

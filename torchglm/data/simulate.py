@@ -17,6 +17,7 @@ import torch
 
 from .._validation import fail
 from ..families import get_family
+from .dataset import Dataset
 
 __all__ = ["SimulatedGLM", "simulate_glm", "glm_dataset", "ETA_RANGE"]
 
@@ -128,11 +129,9 @@ def glm_dataset(family: str, link: str | None = None, n_samples: int = 1000, n_f
     per row (proportions 0 or 1): its fit and standard errors are then exact.
 
     Returns:
-        A :class:`torchglm.data.datasets.Dataset`; the true coefficients are in
+        A :class:`torchglm.data.Dataset`; the true coefficients are in
         its ``description``.
     """
-    from .datasets import Dataset  # here: datasets.py registers this loader at import
-
     sim = simulate_glm(family, link, n_samples, n_features, dispersion,
                        trials=1 if family == "binomial" else None, seed=seed)
     fam = get_family(family, link)

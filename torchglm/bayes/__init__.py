@@ -19,7 +19,9 @@ from .metrics import format_table, predictive_metrics
 from .predictive import Predictive, predictive, probit_approximation
 from .prior import GaussianPrior
 from .sampling import PosteriorSamples, sample_posterior
-from .selection import LambdaCurve, default_lambdas, evidence_curve, validation_curve
+from .variational import VariationalPosterior, jj_lambda, local_xi, variational_posterior
+from .selection import (EvidenceFixedPoint, LambdaCurve, default_lambdas, evidence_curve, evidence_fixed_point,
+                        validation_curve, variational_curve)
 
 __all__ = [
     "GaussianPrior",
@@ -35,6 +37,13 @@ __all__ = [
     "default_lambdas",
     "evidence_curve",
     "validation_curve",
+    "variational_curve",
+    "EvidenceFixedPoint",
+    "evidence_fixed_point",
+    "VariationalPosterior",
+    "jj_lambda",
+    "local_xi",
+    "variational_posterior",
     "predictive_metrics",
     "format_table",
 ]

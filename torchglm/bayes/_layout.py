@@ -19,7 +19,25 @@ from ..data.batches import Batch, TensorBatches
 from ..models.glm import GeneralizedLinearModel
 from .prior import GaussianPrior
 
-__all__ = ["as_batches", "linear_predictor", "data_nll", "identified_basis"]
+__all__ = ["GaussianDraws", "as_batches", "linear_predictor", "data_nll", "identified_basis"]
+
+
+class GaussianDraws:
+    """Draws from a Gaussian posterior ``N(mean, scale scale^T)`` over ``theta``
+    (shared by the Laplace and the variational posteriors)."""
+
+    mean: torch.Tensor
+    scale: torch.Tensor
+
+    @property
+    def dim(self) -> int:
+        """``D``: the number of directions the posterior identifies."""
+        return self.scale.shape[1]
+
+    def sample(self, n_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """``n_samples`` draws ``theta = mean + F z``, ``z ~ N(0, I)``; shape (n_samples, p)."""
+        z = torch.randn(n_samples, self.dim, generator=generator, dtype=self.mean.dtype)
+        return self.mean + z.to(self.mean.device) @ self.scale.T
 
 
 def check_model(model) -> GeneralizedLinearModel:

@@ -27,14 +27,14 @@ from .._validation import fail
 from ..models.glm import GeneralizedLinearModel
 from ..solvers.base import all_reduce_sum
 from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask
-from ._layout import as_batches, check_model, identified_basis, n_bias, n_weights
+from ._layout import GaussianDraws, as_batches, check_model, identified_basis, n_bias, n_weights
 from .prior import GaussianPrior
 
 __all__ = ["LaplacePosterior", "fit_map", "laplace_posterior"]
 
 
 @dataclass
-class LaplacePosterior:
+class LaplacePosterior(GaussianDraws):
     """``N(mean, covariance)`` over ``theta = (vec W, b)`` (see :mod:`._layout`).
 
     Attributes:
@@ -61,16 +61,6 @@ class LaplacePosterior:
     prior: GaussianPrior
     basis: torch.Tensor | None
     shape: tuple[int, int, bool]
-
-    @property
-    def dim(self) -> int:
-        """``D``: the number of directions the posterior identifies."""
-        return self.scale.shape[1]
-
-    def sample(self, n_samples: int, generator: torch.Generator | None = None) -> torch.Tensor:
-        """``n_samples`` draws ``theta = mean + F z``, ``z ~ N(0, I)``; shape (n_samples, p)."""
-        z = torch.randn(n_samples, self.dim, generator=generator, dtype=self.mean.dtype)
-        return self.mean + z.to(self.mean.device) @ self.scale.T
 
     def state_dict(self) -> dict:
         """Plain tensors and numbers, for ``torch.save`` and checkpoints."""

@@ -28,6 +28,7 @@ from .._validation import check_features, check_positive, fail
 from ._layout import check_model, linear_predictor, n_bias, n_weights
 from .laplace import LaplacePosterior
 from .sampling import PosteriorSamples
+from .variational import VariationalPosterior
 
 __all__ = ["Predictive", "predictive", "probit_approximation"]
 
@@ -60,7 +61,7 @@ def probit_approximation(mu_a: torch.Tensor, var_a: torch.Tensor) -> torch.Tenso
     return torch.sigmoid(mu_a * torch.rsqrt(1.0 + math.pi * var_a / 8.0))
 
 
-def _gaussian_moments(model, post: LaplacePosterior, x: torch.Tensor):
+def _gaussian_moments(model, post: LaplacePosterior | VariationalPosterior, x: torch.Tensor):
     """``mu_a`` and ``sigma_a^2`` (or the K x K covariance) of ``eta`` under ``N(m, S)``."""
     k, d = model.linear.weight.shape
     xt = torch.cat([x, torch.ones_like(x[:, :1])], 1) if post.shape[2] else x
@@ -111,14 +112,17 @@ def _monte_carlo(model, samples: torch.Tensor, x: torch.Tensor, chunk: int = 256
     return proba, proba_var, eta_mean, eta_var
 
 
-def predictive(model, posterior: LaplacePosterior | PosteriorSamples, x: torch.Tensor,
+def predictive(model, posterior: LaplacePosterior | VariationalPosterior | PosteriorSamples,
+               x: torch.Tensor,
                method: str = "auto", n_samples: int = 4000,
                generator: torch.Generator | None = None) -> Predictive:
     """Posterior predictive ``p(C|x, D)`` with its variance.
 
     Args:
         model: the GLM the posterior belongs to (its family and link give ``mu``).
-        posterior: a :class:`LaplacePosterior` or MCMC :class:`PosteriorSamples`.
+        posterior: a Gaussian posterior (:class:`LaplacePosterior`,
+            :class:`~torchglm.bayes.variational.VariationalPosterior`) or MCMC
+            :class:`PosteriorSamples`.
         x: features (n, n_features).
         method: ``"probit"`` (logistic, Laplace: ``sigma(kappa mu_a)``), ``"exact"``
             (probit link, Laplace: ``Phi(mu_a / sqrt(1 + sigma_a^2))``), ``"mc"``
@@ -145,8 +149,9 @@ def predictive(model, posterior: LaplacePosterior | PosteriorSamples, x: torch.T
     check_features("x", x, model.n_features)
     if method not in _METHODS:
         raise fail("method", f"one of {list(_METHODS)}", repr(method))
-    if not isinstance(posterior, (LaplacePosterior, PosteriorSamples)):
-        raise fail("posterior", "a LaplacePosterior or PosteriorSamples", type(posterior).__name__)
+    if not isinstance(posterior, (LaplacePosterior, VariationalPosterior, PosteriorSamples)):
+        raise fail("posterior", "a LaplacePosterior, VariationalPosterior or PosteriorSamples",
+                   type(posterior).__name__)
     p = n_weights(model) + n_bias(model)
     got = posterior.samples.shape[-1] if isinstance(posterior, PosteriorSamples) else posterior.mean.shape[-1]
     if got != p:

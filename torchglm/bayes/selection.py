@@ -11,25 +11,38 @@
   is spent; the curve is smooth and has an interior maximum when the data are
   informative.
 
-Both return a :class:`LambdaCurve` (the curve, the chosen ``lambda``, whether the
-optimum sits on the edge of the grid).
+* **Evidence fixed point** (MacKay 1992; PRML 3.5.2 and 4.5): at a stationary point of
+  the Laplace evidence ``lambda = ||w*||^2 / gamma`` with ``gamma = M - tr(S_ww) / lambda``
+  the number of well-determined weights (``= sum_i l_i / (l_i + 1/lambda)`` over the
+  eigenvalues ``l_i`` of the data Hessian when every coefficient has the prior);
+  iterate ``MAP -> gamma -> lambda``. Like MacKay it holds the data Hessian fixed in
+  ``d ln|H| / d lambda``, so it lands on the maximum up to that neglected term.
+* **Variational bound** (PRML 10.6): the Jaakkola-Jordan lower bound on ``ln Z(lambda)``
+  on a grid with the same golden-section refinement (its own EM update is
+  ``variational_posterior(..., optimize_prior=True)``).
+
+The curves return a :class:`LambdaCurve` (the curve, the chosen ``lambda``, whether the
+optimum sits on the edge of the grid); the fixed point an :class:`EvidenceFixedPoint`.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .._validation import fail
+from .._validation import ConvergenceWarning, check_positive, fail
 from ._layout import check_model
 from .laplace import fit_map, laplace_posterior
 from .metrics import predictive_metrics
 from .prior import GaussianPrior
+from .variational import variational_posterior
 
-__all__ = ["LambdaCurve", "default_lambdas", "evidence_curve", "validation_curve"]
+__all__ = ["EvidenceFixedPoint", "LambdaCurve", "default_lambdas", "evidence_curve", "evidence_fixed_point",
+           "validation_curve", "variational_curve"]
 
 
 @dataclass
@@ -69,6 +82,38 @@ def _check_grid(lambdas) -> list[float]:
     return grid
 
 
+def _maximize(score, grid: list[float], refine_steps: int):
+    """``score`` on the grid, then golden-section search on ``ln lambda`` between the
+    neighbours of the best grid point. Returns (values, best_lambda, best, at_boundary, trace)."""
+    values = [score(lam) for lam in grid]
+    i = max(range(len(grid)), key=values.__getitem__)
+    best_lambda, best = grid[i], values[i]
+    at_boundary = i in (0, len(grid) - 1)
+    trace: list[tuple[float, float]] = []
+    if refine_steps > 0 and not at_boundary:
+        # Golden-section search for the maximum of ln Z on [ln lambda_{i-1}, ln lambda_{i+1}].
+        g = (math.sqrt(5) - 1) / 2
+        a, b = math.log(grid[i - 1]), math.log(grid[i + 1])
+        c, d = b - g * (b - a), a + g * (b - a)
+        fc, fd = score(math.exp(c)), score(math.exp(d))
+        trace += [(math.exp(c), fc), (math.exp(d), fd)]
+        for _ in range(refine_steps):
+            if fc > fd:
+                b, d, fd = d, c, fc
+                c = b - g * (b - a)
+                fc = score(math.exp(c))
+                trace.append((math.exp(c), fc))
+            else:
+                a, c, fc = c, d, fd
+                d = a + g * (b - a)
+                fd = score(math.exp(d))
+                trace.append((math.exp(d), fd))
+        lam, val = max(trace, key=lambda t: t[1])
+        if val > best:
+            best_lambda, best = lam, val
+    return values, best_lambda, best, at_boundary, trace
+
+
 def evidence_curve(model, data, lambdas=None, bias_variance: float | None = None,
                    refine_steps: int = 20, solver: str = "newton", **options) -> LambdaCurve:
     """Laplace log evidence ``ln Z(lambda)`` on a grid, maximized.
@@ -98,32 +143,7 @@ def evidence_curve(model, data, lambdas=None, bias_variance: float | None = None
         post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)
         return post.log_evidence
 
-    values = [log_z(lam) for lam in grid]
-    i = max(range(len(grid)), key=values.__getitem__)
-    best_lambda, best = grid[i], values[i]
-    at_boundary = i in (0, len(grid) - 1)
-    trace: list[tuple[float, float]] = []
-    if refine_steps > 0 and not at_boundary:
-        # Golden-section search for the maximum of ln Z on [ln lambda_{i-1}, ln lambda_{i+1}].
-        g = (math.sqrt(5) - 1) / 2
-        a, b = math.log(grid[i - 1]), math.log(grid[i + 1])
-        c, d = b - g * (b - a), a + g * (b - a)
-        fc, fd = log_z(math.exp(c)), log_z(math.exp(d))
-        trace += [(math.exp(c), fc), (math.exp(d), fd)]
-        for _ in range(refine_steps):
-            if fc > fd:
-                b, d, fd = d, c, fc
-                c = b - g * (b - a)
-                fc = log_z(math.exp(c))
-                trace.append((math.exp(c), fc))
-            else:
-                a, c, fc = c, d, fd
-                d = a + g * (b - a)
-                fd = log_z(math.exp(d))
-                trace.append((math.exp(d), fd))
-        lam, val = max(trace, key=lambda t: t[1])
-        if val > best:
-            best_lambda, best = lam, val
+    values, best_lambda, best, at_boundary, trace = _maximize(log_z, grid, refine_steps)
     return LambdaCurve("log_evidence", grid, {"log_evidence": values}, best_lambda, best,
                        at_boundary, trace)
 
@@ -158,3 +178,108 @@ def validation_curve(model, train, val, lambdas=None, bias_variance: float | Non
     i = min(range(len(grid)), key=nll.__getitem__)
     return LambdaCurve("val_nll", grid, {"val_nll": nll, "val_accuracy": acc}, grid[i], nll[i],
                        i in (0, len(grid) - 1))
+
+
+def variational_curve(model, data, lambdas=None, bias_variance: float | None = None,
+                      refine_steps: int = 20, tol: float = 1e-9, max_iter: int = 1000) -> LambdaCurve:
+    """The Jaakkola-Jordan evidence lower bound (PRML 10.159) per ``lambda``, maximized
+    on the grid and by golden-section search between the best point's neighbours.
+
+    Args:
+        model: a logistic regression (only its layout is used).
+        data: ``(x, y)``, ``(x, y, weight)`` or a re-iterable of ``Batch``.
+        lambdas: grid of prior variances (default :func:`default_lambdas`).
+        bias_variance: the bias prior (``None``: flat).
+        refine_steps: golden-section steps (0 keeps the grid point).
+        tol, max_iter: for :func:`~torchglm.bayes.variational_posterior`.
+
+    Returns:
+        :class:`LambdaCurve` with ``criterion="elbo"``.
+    """
+    check_model(model)
+    grid = _check_grid(default_lambdas() if lambdas is None else lambdas)
+
+    def bound(lam: float) -> float:
+        return variational_posterior(model, data, GaussianPrior(lam, bias_variance), tol=tol,
+                                     max_iter=max_iter).elbo
+
+    values, best_lambda, best, at_boundary, trace = _maximize(bound, grid, refine_steps)
+    return LambdaCurve("elbo", grid, {"elbo": values}, best_lambda, best, at_boundary, trace)
+
+
+@dataclass
+class EvidenceFixedPoint:
+    """The result of MacKay's re-estimation of ``lambda``.
+
+    Attributes:
+        best_lambda: the last ``lambda``.
+        log_evidence: the Laplace ``ln Z`` there.
+        gamma: the effective number of well-determined weights there.
+        converged: ``|ln lambda_new - ln lambda| <= lambda_tol`` was reached.
+        history: ``(lambda, gamma, log_evidence)`` per iteration.
+    """
+
+    best_lambda: float
+    log_evidence: float
+    gamma: float
+    converged: bool
+    history: list[tuple[float, float, float]]
+
+
+def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance: float | None = None,
+                         lambda_tol: float = 1e-8, max_iter: int = 200, solver: str = "newton",
+                         **options) -> EvidenceFixedPoint:
+    """MacKay's fixed-point maximization of the Laplace evidence over ``lambda``.
+
+    With ``alpha = 1 / lambda``, setting ``d ln Z / d alpha = 0`` while holding the
+    data Hessian fixed gives ``alpha ||w*||^2 = gamma``, ``gamma = M - alpha tr(S_ww)``
+    (``S = H^{-1}`` the Laplace covariance, ``S_ww`` its weight block, ``M`` weights);
+    when every coefficient carries the prior ``gamma = sum_i l_i / (l_i + alpha)`` over
+    the eigenvalues ``l_i`` of the data Hessian (PRML 3.91-3.92, 4.5; MacKay 1992).
+    Each iteration fits the MAP at ``lambda``, then sets ``lambda <- ||w*||^2 / gamma``.
+
+    Args:
+        model: a classification GLM (a template: it is copied, not changed).
+        data: ``(x, y)`` or ``(x, y, weight)``.
+        prior_variance: the starting ``lambda``.
+        bias_variance: the bias prior (``None``: flat).
+        lambda_tol: stop when ``|ln lambda_new - ln lambda| <= lambda_tol`` (the MAP
+            fits' own ``tol``/``gtol`` go in ``options``: ``lambda`` is only as
+            accurate as ``w*``).
+        max_iter: at most this many MAP fits (stopping there warns).
+        solver, **options: for the MAP fits.
+
+    Returns:
+        :class:`EvidenceFixedPoint`.
+
+    Raises:
+        InputError: for a bad start, ``lambda_tol`` or ``max_iter``, or ``w* = 0`` (no signal:
+            the evidence then grows as ``lambda -> 0``).
+    """
+    check_model(model)
+    check_positive("prior_variance", prior_variance)
+    check_positive("lambda_tol", lambda_tol)
+    check_positive("max_iter", max_iter)
+    work = copy.deepcopy(model)
+    m = work.linear.weight.numel()
+    lam, history, converged = float(prior_variance), [], False
+    for _ in range(int(max_iter)):
+        post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)
+        w2 = float((post.mean[:m] ** 2).sum())
+        gamma = m - float(torch.diagonal(post.covariance)[:m].sum()) / lam
+        history.append((lam, gamma, post.log_evidence))
+        if not w2 > 0 or not gamma > 0:
+            raise fail("data", "a MAP with non-zero weights (the evidence has an interior maximum)",
+                       f"||w*||^2 = {w2:.3g}, gamma = {gamma:.3g}")
+        new = w2 / gamma
+        done = abs(math.log(new) - math.log(lam)) <= lambda_tol
+        lam = new
+        if done:
+            converged = True
+            break
+    post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)
+    gamma = m - float(torch.diagonal(post.covariance)[:m].sum()) / lam
+    if not converged:
+        warnings.warn(f"evidence_fixed_point: max_iter={max_iter} reached at lambda={lam:.6g}",
+                      ConvergenceWarning, stacklevel=2)
+    return EvidenceFixedPoint(lam, post.log_evidence, gamma, converged, history)

@@ -51,6 +51,12 @@ class Link:
     name: str = ""
     #: True when eta has one column per class (softmax).
     multi_output: bool = False
+    #: True when only part of the real line is a valid eta (:meth:`valid_eta` is then
+    #: overridden); the solvers count the samples outside it only for such links.
+    restricts_eta: bool = False
+    #: True when eta is the log-odds ``log(mu / (1 - mu))`` (logit): binary families
+    #: then take their NLL from ``binary_cross_entropy_with_logits``.
+    eta_is_log_odds: bool = False
 
     def link(self, mu: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -85,7 +91,8 @@ class Link:
         return 1.0 / self.inverse(eta)
 
     def valid_eta(self, eta: torch.Tensor) -> torch.Tensor:
-        """Boolean mask of eta values inside the link's domain (all True by default)."""
+        """Boolean mask of eta values inside the link's domain (all True by default;
+        a link that overrides it declares ``restricts_eta = True``)."""
         return torch.ones_like(eta, dtype=torch.bool)
 
     def __call__(self, mu: torch.Tensor) -> torch.Tensor:
@@ -123,6 +130,7 @@ class Logit(Link):
     """
 
     name = "logit"
+    eta_is_log_odds = True
 
     def link(self, mu):
         return torch.logit(mu)
@@ -375,6 +383,7 @@ class Inverse(Link):
     """
 
     name = "inverse"
+    restricts_eta = True
 
     def link(self, mu):
         return 1.0 / mu
@@ -402,6 +411,7 @@ class NegativeReciprocal(Link):
     """
 
     name = "negative_reciprocal"
+    restricts_eta = True
 
     def link(self, mu):
         return -1.0 / mu

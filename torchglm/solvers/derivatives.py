@@ -35,7 +35,6 @@ import torch
 from torch.func import grad, vmap
 
 from ..data.batches import Batch
-from ..links import Link
 from .base import all_reduce_sum
 
 __all__ = [
@@ -204,7 +203,7 @@ class PassSums:
         self.saturation = saturation
         # Only links that restrict eta (inverse, negative reciprocal) need the mask;
         # a non-finite loss anywhere shows in the summed loss.
-        self.restricted = type(model.family.link).valid_eta is not Link.valid_eta
+        self.restricted = model.family.link.restricts_eta
         p = theta.numel()
         opts = dict(dtype=theta.dtype, device=theta.device)
         self.p = p

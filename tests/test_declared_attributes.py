@@ -1,0 +1,25 @@
+"""Links and families declare what the rest of the library branches on (issue 12):
+the declarations are checked here against the implementations, for every entry of
+the registries, so a new link or family is checked for free."""
+
+import pytest
+import torch
+
+from torchglm.links import LINKS, Link, get_link
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_restricts_eta_is_declared_where_valid_eta_is_overridden(name):
+    link = get_link(name)
+    assert link.restricts_eta == (type(link).valid_eta is not Link.valid_eta)
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_eta_is_log_odds_only_for_the_logistic_inverse(name):
+    link = get_link(name)
+    if link.multi_output:
+        assert not link.eta_is_log_odds
+        return
+    eta = torch.linspace(-5, 5, 11, dtype=torch.float64)
+    logistic = bool(torch.allclose(link.inverse(eta), torch.sigmoid(eta), rtol=1e-12, atol=0))
+    assert link.eta_is_log_odds == logistic

@@ -81,6 +81,9 @@ class Family:
     #: frequency (a weight of 2 = the row twice). It changes the count of
     #: observations used by BIC and the residual degrees of freedom.
     weight_is_trials: bool = False
+    #: True when the family defines the saturated model (:meth:`saturated_nll`,
+    #: ``mu_i = y_i``): the unit deviance is then ``2 (nll - saturated_nll)``.
+    has_saturated_model: bool = False
     #: links whose inverse always lands in the mean domain: ``nll`` skips the
     #: domain mask for them (the hot path of the canonical fits).
     _closed_links: tuple[str, ...] = ()
@@ -98,6 +101,13 @@ class Family:
     @property
     def is_canonical(self) -> bool:
         return self.link.name == self.canonical_link
+
+    @property
+    def least_squares(self) -> bool:
+        """True when the NLL is least squares in the mean of a linear predictor
+        (Gaussian, identity link): the log-likelihood's dispersion can then be
+        concentrated out, ``phi^ = RSS / n`` (statsmodels' ``llf`` convention)."""
+        return False
 
     def n_outputs(self, n_classes: int | None = None) -> int:
         """Number of columns of eta."""
@@ -266,6 +276,7 @@ class Gaussian(Family):
     allowed_links = ("identity", "log")
     has_dispersion = True
     _closed_links = ("identity", "log")
+    has_saturated_model = True
 
     def _nll(self, eta, y):
         r = y - self.mean(eta)
@@ -276,6 +287,10 @@ class Gaussian(Family):
         r = y - self.mean(eta)
         ll = -0.5 * r * r / scale - 0.5 * (_LOG_2PI + torch.log(scale))
         return ll.sum() if weight is None else (weight * ll).sum()
+
+    @property
+    def least_squares(self) -> bool:
+        return self.is_canonical  # the identity link
 
     def saturated_nll(self, y):
         return torch.full_like(y, 0.5 * _LOG_2PI)
@@ -299,10 +314,11 @@ class _Binary(Family):
     """
 
     _closed_links = ("logit", "probit", "cloglog")
+    has_saturated_model = True
 
     def _nll(self, eta, y):
         y = y.to(eta.dtype)
-        if self.link.name == "logit":
+        if self.link.eta_is_log_odds:
             return F.binary_cross_entropy_with_logits(eta, y, reduction="none")
         # 0 * log 0 = 0 (as in xlogy): a term whose factor is 0 is dropped, and its
         # log is evaluated at eta = 0 so that neither the value nor the gradient
@@ -431,6 +447,7 @@ class Categorical(Family):
     is_classifier = True
     multi_output = True
     _closed_links = ("softmax",)
+    has_saturated_model = True
 
     def n_outputs(self, n_classes=None):
         if n_classes is None or n_classes < 2:
@@ -481,6 +498,7 @@ class Poisson(Family):
     canonical_link = "log"
     allowed_links = ("log", "identity")
     _closed_links = ("log",)
+    has_saturated_model = True
 
     def _nll(self, eta, y):
         return self.mean(eta) - y * self.link.log_inverse(eta) + torch.lgamma(y + 1)
@@ -515,6 +533,7 @@ class Gamma(Family):
     allowed_links = ("inverse", "log", "identity")
     has_dispersion = True
     _closed_links = ("log",)
+    has_saturated_model = True
 
     def _nll(self, eta, y):
         return self.link.log_inverse(eta) + y * self.link.reciprocal_inverse(eta)

@@ -637,7 +637,7 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
     return _FitStats(
         names=model.parameter_names(_features(model, feature_names)), J=None, S=sums.weight, nobs=nobs, n_rows=int(sums.rows),
         n_constants=1, scale=1.0, scale_from_pearson=dispersion,
-        concentrated=fam.name == "gaussian" and fam.link.name == "identity",
+        concentrated=fam.least_squares,
         pearson=float(sums.pearson),
         llf=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0)),
         llnull=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0, intercept=b0)),

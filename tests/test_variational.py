@@ -251,3 +251,32 @@ def test_bad_inputs_and_non_convergence():
     assert any(issubclass(r.category, ConvergenceWarning) for r in rec)
     with pytest.raises(InputError):
         variational_posterior(LogisticRegression(2), (x, y + 2))     # labels outside {0, 1}
+
+
+def test_train_py_reports_map_laplace_variational_mcmc_side_by_side(tmp_path):
+    """configs/bayes_logistic.yaml with the variational row switched on: four predictives,
+    each with NLL, accuracy, ECE and a wall time; the variational posterior is saved."""
+    import json
+    from pathlib import Path
+
+    from torchglm.training.cli import main
+
+    config = str(Path(__file__).resolve().parents[1] / "configs" / "bayes_logistic.yaml")
+    run = tmp_path / "run"
+    args = ["--config", config, "--run_dir", str(run), "--data.source", "gaussians2",
+            "--data.dataset_options", '{"n_samples": 200}', "--model.model.l2", "0.02",
+            "--trainer.callbacks.num_chains", "2", "--trainer.callbacks.num_samples", "100",
+            "--trainer.callbacks.warmup_steps", "50", "--trainer.callbacks.lambdas", "[]",
+            "--trainer.callbacks.variational", "true"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert main(args) == 0
+    report = json.loads((run / "bayes.json").read_text())
+    assert list(report["test"]) == ["MAP", "Laplace", "Variational", "MCMC"]
+    assert set(report["wall_s"]) == set(report["test"]) and all(v > 0 for v in report["wall_s"].values())
+    assert report["variational"]["converged"]
+    assert report["variational"]["elbo"] <= report["laplace"]["log_evidence"] + 5.0
+    rows = report["test"]
+    assert abs(rows["Variational"]["nll"] - rows["Laplace"]["nll"]) < 0.05   # same prior, close predictives
+    state = torch.load(run / "posterior.pt", weights_only=False)
+    assert state["variational"]["mean"].shape == (3,)

@@ -8,9 +8,12 @@ After the trainer has fitted the MAP (``solver: newton``), :class:`BayesianEvalu
 2. computes the ``lambda`` curves (Laplace evidence on the training split,
    MAP NLL/accuracy on the validation split) and optionally adopts the chosen
    ``lambda``;
-3. builds the Laplace posterior and runs NUTS (short chains, R-hat and ESS);
-4. scores MAP vs Laplace-predictive vs MCMC-predictive on the test split
-   (NLL, accuracy, ECE), prints the table, logs it to TensorBoard and writes
+3. builds the Laplace posterior, optionally the Jaakkola-Jordan variational one
+   (``variational=True``, :mod:`torchglm.bayes.variational`), and runs NUTS
+   (short chains, R-hat and ESS);
+4. scores MAP vs Laplace vs variational vs MCMC predictives on the test split
+   (NLL, accuracy, ECE, and the wall time each posterior took: ``report["wall_s"]``),
+   prints the table, logs it to TensorBoard and writes
    ``bayes.json``, ``lambda_curves.json`` and ``posterior.pt`` in the run directory;
 5. stores the posterior (mean, covariance, samples) in the checkpoint
    (``checkpoint["bayes_posterior"]``) and re-saves the checkpoint, so the saved
@@ -39,6 +42,7 @@ from .predictive import predictive
 from .prior import GaussianPrior
 from .sampling import PosteriorSamples, sample_posterior
 from .selection import LambdaCurve, evidence_curve, validation_curve
+from .variational import VariationalPosterior, variational_posterior
 
 __all__ = ["BayesianEvaluation"]
 
@@ -57,6 +61,8 @@ class BayesianEvaluation(pl.Callback):
         mc_samples: Laplace draws for Monte Carlo predictives (softmax).
         ece_bins: bins of the expected calibration error.
         seed: seed of the samplers.
+        variational: also fit the Jaakkola-Jordan variational posterior under the same
+            prior (logistic regression only) and add its predictive to the table.
 
     Example (in a ``train.py`` config)::
 
@@ -69,7 +75,8 @@ class BayesianEvaluation(pl.Callback):
     def __init__(self, prior_variance: float | None = None, bias_variance: float | None = None,
                  select_lambda: Literal["none", "evidence", "validation"] = "none",
                  lambdas: list[float] | None = None, num_chains: int = 4, num_samples: int = 300,
-                 warmup_steps: int = 200, mc_samples: int = 4000, ece_bins: int = 15, seed: int = 0):
+                 warmup_steps: int = 200, mc_samples: int = 4000, ece_bins: int = 15, seed: int = 0,
+                 variational: bool = False):
         if prior_variance is not None:
             check_positive("prior_variance", prior_variance)
         if bias_variance is not None:
@@ -85,9 +92,13 @@ class BayesianEvaluation(pl.Callback):
         self.select_lambda = select_lambda
         self.lambdas = lambdas
         self.num_chains, self.num_samples, self.warmup_steps = num_chains, num_samples, warmup_steps
+        self.variational = bool(variational)
         self.mc_samples, self.ece_bins, self.seed = mc_samples, ece_bins, seed
         self.laplace: LaplacePosterior | None = None
         self.samples: PosteriorSamples | None = None
+        self.vb: VariationalPosterior | None = None
+        self.wall_s: dict[str, float] = {}
+        self._fit_start: float | None = None
         self.report: dict[str, Any] = {}
         self.checkpoint_path: str | None = None
 
@@ -96,7 +107,12 @@ class BayesianEvaluation(pl.Callback):
         if trainer.world_size > 1:
             raise fail("trainer", "a single process for BayesianEvaluation", f"world_size={trainer.world_size}")
 
+    def on_fit_start(self, trainer, pl_module) -> None:
+        self._fit_start = time.perf_counter()
+
     def on_fit_end(self, trainer, pl_module) -> None:
+        if self._fit_start is not None:
+            self.wall_s["MAP"] = time.perf_counter() - self._fit_start   # the trainer's fit
         self.run(trainer, pl_module)
         # (Re-)save the checkpoint: it then holds the MAP and its posterior together.
         # Without a saved one (pass-based fits take no optimizer step, so Lightning's
@@ -122,8 +138,9 @@ class BayesianEvaluation(pl.Callback):
 
     # -- the analysis -----------------------------------------------------------------
     def posterior_state(self) -> dict[str, Any]:
-        """Laplace mean/covariance (and the MCMC draws) as plain tensors."""
+        """Laplace mean/covariance (the variational one, the MCMC draws) as plain tensors."""
         return {"laplace": self.laplace.state_dict(),
+                "variational": None if self.vb is None else self.vb.state_dict(),
                 "samples": None if self.samples is None else self.samples.state_dict()}
 
     @staticmethod
@@ -151,8 +168,16 @@ class BayesianEvaluation(pl.Callback):
         # The fitted weights are this prior's MAP only for the fit's own penalty and a flat bias.
         refit = self.bias_variance is not None or not math.isclose(lam * model.l2 * n, 1.0, rel_tol=1e-9)
         if refit:
+            start = time.perf_counter()
             fit_map(model, train, prior)
+            self.wall_s["MAP"] = time.perf_counter() - start
+        start = time.perf_counter()
         self.laplace = laplace_posterior(model, train, prior, fit=False)
+        self.wall_s["Laplace"] = time.perf_counter() - start   # at the MAP: one Hessian pass
+        if self.variational:
+            start = time.perf_counter()
+            self.vb = variational_posterior(model, train, prior)
+            self.wall_s["Variational"] = time.perf_counter() - start
         if self.num_chains:
             # NUTS takes minutes on larger data and has no progress bar here: say what runs.
             start = time.perf_counter()
@@ -161,7 +186,8 @@ class BayesianEvaluation(pl.Callback):
             self.samples = sample_posterior(model, train, self.laplace, num_chains=self.num_chains,
                                             num_samples=self.num_samples, warmup_steps=self.warmup_steps,
                                             seed=self.seed)
-            print(f"BayesianEvaluation: NUTS done in {time.perf_counter() - start:.1f} s", file=sys.stderr,
+            self.wall_s["MCMC"] = time.perf_counter() - start
+            print(f"BayesianEvaluation: NUTS done in {self.wall_s['MCMC']:.1f} s", file=sys.stderr,
                   flush=True)
         table, diff = self._compare(model, x_test, y_test)
         self.report = {
@@ -169,7 +195,10 @@ class BayesianEvaluation(pl.Callback):
                       "select_lambda": self.select_lambda, "refit_map": refit},
             "laplace": {"log_evidence": self.laplace.log_evidence, "grad_norm": self.laplace.grad_norm,
                         "dim": self.laplace.dim},
+            "variational": None if self.vb is None else {
+                "elbo": self.vb.elbo, "n_iter": self.vb.result.n_iter, "converged": self.vb.result.converged},
             "mcmc": None if self.samples is None else {**self.samples.diagnostics(), **self.samples.info},
+            "wall_s": {name: self.wall_s[name] for name in table if name in self.wall_s},
             "test": table,
             "laplace_vs_mcmc": diff,
             "lambda_curves": {k: {"best_lambda": c.best_lambda, "at_boundary": c.at_boundary}
@@ -191,6 +220,8 @@ class BayesianEvaluation(pl.Callback):
         probas = {"MAP": model.predict_proba(x_test),
                   "Laplace": predictive(model, self.laplace, x_test, n_samples=self.mc_samples,
                                         generator=gen).proba}
+        if self.vb is not None:
+            probas["Variational"] = predictive(model, self.vb, x_test).proba
         if self.samples is not None:
             probas["MCMC"] = predictive(model, self.samples, x_test).proba
         table = {name: predictive_metrics(p, y_test, self.ece_bins) for name, p in probas.items()}
@@ -204,7 +235,9 @@ class BayesianEvaluation(pl.Callback):
         run_dir = Path(trainer.default_root_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
         header = f"Bayesian evaluation on the test split (lambda = {self.report['prior']['variance']:.4g})"
-        lines = [header, format_table(table)]
+        wall = self.report["wall_s"]
+        lines = [header, format_table({name: {**row, "wall_s": wall.get(name, float("nan"))}
+                                       for name, row in table.items()})]
         if self.report["mcmc"] is not None:
             m = self.report["mcmc"]
             lines.append(f"NUTS: {m['num_chains']} chains x {m['num_samples']} draws, "
@@ -222,6 +255,7 @@ class BayesianEvaluation(pl.Callback):
         if logger is None:
             return
         flat = {f"bayes/test_{name}/{k}": v for name, row in table.items() for k, v in row.items()}
+        flat.update({f"bayes/wall_s/{name}": v for name, v in self.report["wall_s"].items()})
         flat["bayes/lambda"] = self.report["prior"]["variance"]
         flat["bayes/log_evidence"] = self.report["laplace"]["log_evidence"]
         if self.report["mcmc"] is not None:

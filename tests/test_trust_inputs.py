@@ -333,7 +333,9 @@ def _nll_mp(family, link, y, e):
 
 
 def _in_domain(family, link, e):
-    if link == "inverse" or (link == "identity" and family in ("poisson", "gamma")):
+    if family == "gaussian" and link == "inverse":
+        return e != 0  # any real mean 1/eta
+    if link == "inverse" or (link == "identity" and family in ("poisson", "gamma", "exponential")):
         return e > 0
     if link == "negative_reciprocal" or (family == "binomial" and link == "log"):
         return e < 0

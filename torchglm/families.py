@@ -266,14 +266,16 @@ def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
 class Gaussian(Family):
     """``y in R``, ``p(y|x) = N(y; mu, phi)`` (linear regression, seed 000).
 
-    Canonical link: identity (``theta = mu / sigma^2``, seed 000). ``V(mu) = 1``,
+    Canonical link: identity (``theta = mu / sigma^2``, seed 000); also log and inverse
+    (``mu = 1 / eta``, any real mean: only ``eta = 0`` is outside), as R's
+    ``gaussian()`` and statsmodels allow. ``V(mu) = 1``,
     ``d(y, mu) = (y - mu)^2``, and the NLL at ``phi = 1`` is
     ``(y - mu)^2 / 2 + log(2 pi) / 2``, so the mean-NLL fit is least squares.
     """
 
     name = "gaussian"
     canonical_link = "identity"
-    allowed_links = ("identity", "log")
+    allowed_links = ("identity", "log", "inverse")
     has_dispersion = True
     _closed_links = ("identity", "log")
     has_saturated_model = True
@@ -568,13 +570,14 @@ class Exponential(Gamma):
     The Gamma with shape 1 (``phi = 1`` fixed). Canonical link: seed 000's
     ``theta = -lambda``, i.e. ``mu = -1 / eta`` (``negative_reciprocal``,
     ``eta < 0``); also the inverse link ``mu = 1 / eta`` (statsmodels' Gamma
-    convention: the same model with ``eta -> -eta``) and log.
+    convention: the same model with ``eta -> -eta``), log and identity (``eta > 0``),
+    the links R's ``Gamma()`` allows.
     ``nll = log mu + y / mu = -log lambda + lambda y``.
     """
 
     name = "exponential"
     canonical_link = "negative_reciprocal"
-    allowed_links = ("negative_reciprocal", "inverse", "log")
+    allowed_links = ("negative_reciprocal", "inverse", "log", "identity")
     has_dispersion = False
 
     def log_likelihood(self, eta, y, weight=None, scale=1.0):

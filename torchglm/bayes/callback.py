@@ -160,13 +160,14 @@ class BayesianEvaluation(pl.Callback):
         n = train[0].shape[0]
         if self.prior_variance is None and not model.l2 > 0:
             raise fail("model l2", "a positive penalty (or BayesianEvaluation.prior_variance)", model.l2)
-        lam = self.prior_variance if self.prior_variance is not None else 1.0 / (model.l2 * n)
+        lam = (self.prior_variance if self.prior_variance is not None
+               else GaussianPrior.from_l2(model.l2, n).variance)
         curves = self._curves(model, train, val)
         if self.select_lambda != "none":
             lam = curves[self.select_lambda].best_lambda
         prior = GaussianPrior(lam, self.bias_variance)
         # The fitted weights are this prior's MAP only for the fit's own penalty and a flat bias.
-        refit = self.bias_variance is not None or not math.isclose(lam * model.l2 * n, 1.0, rel_tol=1e-9)
+        refit = self.bias_variance is not None or not math.isclose(prior.l2(n), model.l2, rel_tol=1e-9)
         if refit:
             start = time.perf_counter()
             fit_map(model, train, prior)

@@ -26,7 +26,7 @@ from .. import solvers
 from .._validation import fail
 from ..models.glm import GeneralizedLinearModel
 from ..solvers.base import all_reduce_sum
-from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask
+from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask, set_flat_parameters
 from ._layout import GaussianDraws, as_batches, check_model, identified_basis, n_bias, n_weights
 from .prior import GaussianPrior
 
@@ -108,18 +108,37 @@ def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", **options
     Returns:
         The solver's :class:`~torchglm.solvers.base.FitResult`.
     """
+    result, model.l2 = _fit_map(model, data, prior, solver, **options)
+    return result
+
+
+def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
+    """:func:`fit_map` that leaves ``model.l2`` alone: the MAP is fitted on a working
+    model at the prior's penalty, and its parameters are copied into ``model``.
+
+    Returns:
+        ``(FitResult, l2)``, ``l2 = 1 / (lambda sum_i s_i)`` the prior's penalty.
+    """
     check_model(model)
     if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
         raise fail("data", "(x, y) or (x, y, weight) tensors for the MAP fit", type(data).__name__)
     x, y = model.check_data(data[0], data[1], data[2] if len(data) == 3 else None)
     weight = data[2] if len(data) == 3 else None
     total = float(x.shape[0]) if weight is None else float(weight.sum())
-    model.l2 = prior.l2(total)
+    l2 = prior.l2(total)
     if prior.bias_variance is None or not model.n_bias:
-        return solvers.fit(model, x, y, weight=weight, solver=solver, **options)
+        theta = flat_parameters(model)
+        work = GeneralizedLinearModel(model.n_features, model.family, n_classes=model.n_classes, l2=l2,
+                                      fit_intercept=model.fit_intercept, dtype=theta.dtype).to(theta.device)
+        set_flat_parameters(work, theta)
+        result = solvers.fit(work, x, y, weight=weight, solver=solver, **options)
+        set_flat_parameters(model, flat_parameters(work))
+        model.feature_names = work.feature_names  # as solvers.fit(model, ...) sets them
+        model.mark_fitted()
+        return result, l2
     c = math.sqrt(prior.bias_variance / prior.variance)
     aug = GeneralizedLinearModel(model.n_features + 1, model.family, n_classes=model.n_classes,
-                                 l2=model.l2, fit_intercept=False, dtype=x.dtype).to(x.device)
+                                 l2=l2, fit_intercept=False, dtype=x.dtype).to(x.device)
     with torch.no_grad():
         aug.linear.weight[:, :-1].copy_(model.linear.weight)
         aug.linear.weight[:, -1].copy_(model.linear.bias / c)
@@ -129,7 +148,7 @@ def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", **options
         model.linear.weight.copy_(aug.linear.weight[:, :-1])
         model.linear.bias.copy_(c * aug.linear.weight[:, -1])
     model.mark_fitted()
-    return result
+    return result, l2
 
 
 def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool = True,
@@ -141,7 +160,8 @@ def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool
         data: ``(x, y)``, ``(x, y, weight)`` or a re-iterable of ``Batch``.
         prior: the prior; ``None`` takes ``GaussianPrior.from_l2(model.l2, n)``,
             the prior whose MAP the model's own penalty gives (flat bias prior).
-        fit: first fit the MAP with :func:`fit_map` (needs tensors as ``data``).
+        fit: first fit the MAP like :func:`fit_map` (needs tensors as ``data``);
+            ``model.l2`` is left as it is (the prior fixes the penalty of the fit).
         solver, **options: for :func:`fit_map`.
 
     Returns:
@@ -162,19 +182,19 @@ def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool
     if prior is None:
         prior = GaussianPrior.from_l2(model.l2, _total_weight(batches))
     if fit:
-        fit_map(model, data, prior, solver=solver, **options)
+        _fit_map(model, data, prior, solver, **options)
     model.check_fitted()
-    # The solvers' pass gives E = mean NLL + (l2/2)||W||^2 and its derivatives; the
-    # summed negative log-likelihood is S (E - penalty), its Hessian S (H_E - l2 P).
+    # The solvers' pass gives E = mean NLL + the model's penalty and its derivatives;
+    # the summed negative log-likelihood is S (E - penalty), its Hessian S (H_E - l2 P).
     total = _total_weight(batches)
     loss, g_obj, H_obj = hessian_and_gradient(model, batches)
     theta = flat_parameters(model, loss.dtype).to(loss.device)
     mask = penalty_mask(model, loss.dtype, loss.device)
-    l2 = model.l2
-    nll = total * (loss - 0.5 * l2 * (mask * theta * theta).sum())
+    pen, w = model.l2_penalty, mask * theta
+    nll = total * (loss - pen.value(w))
     prec = prior.precision(n_weights(model), n_bias(model), theta)
-    H = total * (H_obj - torch.diag(l2 * mask)) + torch.diag(prec)
-    grad_post = total * (g_obj - l2 * mask * theta) + prec * theta
+    H = total * (H_obj - torch.diag(pen.curvature(mask))) + torch.diag(prec)
+    grad_post = total * (g_obj - pen.grad(w)) + prec * theta
     basis = identified_basis(model, prior, theta)
     if basis is not None:
         theta = basis @ (basis.T @ theta)  # centre the softmax biases: same predictions

@@ -35,6 +35,7 @@ from .._validation import (
 )
 from ..families import Family, get_family
 from ..links import Link
+from ..penalty import L2Penalty
 
 __all__ = [
     "linear_predictor",
@@ -239,12 +240,17 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         return self(x, offset)
 
     # -- objective ----------------------------------------------------------
+    @property
+    def l2_penalty(self) -> L2Penalty:
+        """The objective's :class:`~torchglm.penalty.L2Penalty` at this model's ``l2``."""
+        return L2Penalty(self.l2)
+
     def penalty(self) -> torch.Tensor:
         """``(l2 / 2) ||W||^2`` over the weights, not the bias (seed 003's Gaussian prior)."""
         w = self.linear.weight
         if not self.l2:
             return w.new_zeros(())
-        return 0.5 * self.l2 * (w * w).sum()
+        return self.l2_penalty.value(w)
 
     def objective(
         self,

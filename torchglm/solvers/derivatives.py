@@ -35,6 +35,7 @@ import torch
 from torch.func import grad, vmap
 
 from ..data.batches import Batch
+from ..penalty import L2Penalty
 from .base import all_reduce_sum
 
 __all__ = [
@@ -188,7 +189,7 @@ class PassSums:
     def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
                  saturation: float = 0.0, y_sum: bool = False):
         self.family = model.family
-        self.l2 = model.l2
+        self.penalty = L2Penalty(model.l2)
         m, d = model.linear.weight.shape
         self.m, self.d = m, d
         self.has_bias = model.linear.bias is not None
@@ -233,8 +234,20 @@ class PassSums:
         if x.layout != torch.strided:
             # Sparse counts (bag of words) stay sparse: COO supports every product below.
             x = x.to_sparse_coo()
-        y = batch.y
-        eta = self.eta(x, batch.offset)
+        rows = _fused_rows(x)
+        if rows is None:
+            return self._add(x, batch.y, batch.offset, batch.weight)
+        # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
+        # x (gradient, diagonal, kept curvature for hvp) then read each slab from cache,
+        # not the whole design twice from memory.
+        for i in range(0, x.shape[0], rows):
+            j = i + rows
+            self._add(x[i:j], batch.y[i:j], None if batch.offset is None else batch.offset[i:j],
+                      None if batch.weight is None else batch.weight[i:j])
+        return None
+
+    def _add(self, x, y, offset, s) -> None:
+        eta = self.eta(x, offset)
         # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
         # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
         probs = (not self.scalar and self.family.is_canonical
@@ -245,7 +258,6 @@ class PassSums:
         else:
             nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
                                           expected=self.expected)
-        s = batch.weight
         if s is None:
             self.weight_sum += nll.shape[0]
         else:
@@ -259,7 +271,7 @@ class PassSums:
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
         self.counts[2] += nll.shape[0]
-        if batch.offset is not None:
+        if offset is not None:
             self.counts[3] += nll.shape[0]
         if self.want_y_sum:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
@@ -362,13 +374,13 @@ class PassSums:
         self.n_saturated = int(self.counts[1])
         self.n_samples = int(self.counts[2])
         self.n_offset = int(self.counts[3])
-        w = self.theta * self.mask
-        self.loss = self.loss_sum / S + 0.5 * self.l2 * (w * w).sum()
-        self.grad = self.grad / S + self.l2 * w
+        w, pen = self.theta * self.mask, self.penalty
+        self.loss = self.loss_sum / S + pen.value(w)
+        self.grad = self.grad / S + pen.grad(w)
         if self.hess is not None:
-            self.hess = self.hess / S + torch.diag(self.l2 * self.mask)
+            self.hess = self.hess / S + torch.diag(pen.curvature(self.mask))
         if self.diag is not None:
-            self.diag = self.diag / S + self.l2 * self.mask
+            self.diag = self.diag / S + pen.curvature(self.mask)
         return self
 
     def hvp(self, v: torch.Tensor) -> torch.Tensor:
@@ -392,7 +404,7 @@ class PassSums:
             if c is not None:
                 out[m * d:] += hu.sum(0)
         all_reduce_sum(out)
-        return out / self.weight_sum + self.l2 * self.mask * v
+        return out / self.weight_sum + self.penalty.curvature(self.mask) * v
 
 
 class _Curvature:
@@ -418,6 +430,14 @@ class _Curvature:
             hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
             return hu if self.weight is None else _scale(hu, self.weight)
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+
+def _fused_rows(x: torch.Tensor) -> int | None:
+    """Rows per slab of a pass over a dense design on a CPU (about 4 MB each), or
+    ``None`` for one piece: sparse, on an accelerator, or small enough for cache."""
+    if x.is_sparse or x.device.type != "cpu" or x.numel() * x.element_size() <= 2**23:
+        return None
+    return max(256, 2**19 // x.shape[1])
 
 
 def _chunk_rows(x: torch.Tensor, width: int) -> int:

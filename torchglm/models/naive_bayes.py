@@ -8,14 +8,15 @@ per-class sums, smoothed by pseudo-counts:
 =============  ==========================  =============================================
 variant        ``p(x_j | C_k)``             estimate
 =============  ==========================  =============================================
-Multinomial    ``theta_kj^{x_j}`` (words)   ``(N_kj + alpha) / (N_k + alpha d)``
+Multinomial    ``theta_kj^{x_j}`` (words)   ``(N_kj + alpha_j) / (N_k + sum_j alpha_j)``
 Bernoulli      ``p_kj^{x_j}(1-p_kj)^{1-x_j}`` ``(N_kj + alpha) / (n_k + 2 alpha)``
 Poisson        ``Poisson(x_j | lambda_kj)``  ``(N_kj + alpha) / (n_k + beta)``
 Gaussian       ``N(x_j | mu_kj, s2_kj)``     ``mu_kj``, ``s2_kj + var_smoothing * max_j Var[x_j]``
 =============  ==========================  =============================================
 
 with ``N_kj = sum_{i in C_k} x_ij``, ``N_k = sum_j N_kj`` and ``n_k`` the class
-size (all weighted by the sample weights). ``alpha = 0`` (and ``beta = 0``) is
+size (all weighted by the sample weights); the multinomial's ``alpha`` may be one
+number (``alpha_j = alpha``) or one per feature, as in scikit-learn. ``alpha = 0`` (and ``beta = 0``) is
 the plain MLE of seed 002 (the Lagrange-multiplier solution ``theta_ck =
 N_ck / N_c``); when a feature then never occurs in a class, ``log theta = -inf``
 and a test document containing it would get no finite log-likelihood, so the
@@ -30,8 +31,10 @@ returns the equivalent logistic or softmax regression.
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 
+import numpy as np
 import torch
 
 from .._validation import NumericalWarning, fail
@@ -66,9 +69,42 @@ def _smoothing(alpha: float, has_zero: bool, what: str) -> float:
 
 
 def _check_alpha(name: str, value: float) -> float:
+    scalar = isinstance(value, numbers.Real) or (isinstance(value, torch.Tensor) and value.dim() == 0)
+    if isinstance(value, bool) or not scalar:
+        raise fail(name, "a finite number >= 0", repr(value))
     if not float(value) >= 0.0 or float(value) == float("inf"):
         raise fail(name, "a finite number >= 0", value)
     return float(value)
+
+
+def _check_alpha_vector(name: str, value, n_features: int) -> float | torch.Tensor:
+    """A scalar ``alpha`` (returned as a float) or one per feature (a float64 CPU tensor
+    (d,)), as scikit-learn's ``MultinomialNB(alpha=array)`` accepts.
+
+    Raises:
+        InputError: for anything else: a string, a non-numeric or ragged sequence, the
+            wrong length, a negative, NaN or infinite entry.
+    """
+    if isinstance(value, (numbers.Real, torch.Tensor)) and not (
+            isinstance(value, torch.Tensor) and value.dim() > 0):
+        return _check_alpha(name, value)
+    expected = f"a number >= 0 or {n_features} numbers >= 0 (one per feature)"
+    try:
+        arr = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        if arr.dtype == np.bool_ or arr.dtype.kind not in "iuf":
+            raise TypeError
+        vec = torch.as_tensor(arr, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise fail(name, expected, repr(value)) from None
+    if vec.dim() == 0:
+        return _check_alpha(name, float(vec))
+    if vec.dim() != 1 or vec.shape[0] != n_features:
+        raise fail(name, f"a number or shape ({n_features},) (one value per feature)", f"shape {tuple(vec.shape)}")
+    bad = ~(torch.isfinite(vec) & (vec >= 0))
+    if bool(bad.any()):
+        j = int(bad.nonzero()[0, 0])
+        raise fail(name, "finite values >= 0", f"{name}[{j}] = {float(vec[j])}")
+    return vec
 
 
 class _CountSums:
@@ -92,7 +128,7 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
     categorical distribution ``theta_k`` over the vocabulary::
 
         log p(x | C_k) = sum_j x_j log theta_kj + log (L! / prod_j x_j!)
-        theta_kj = (N_kj + alpha) / (N_k + alpha d)
+        theta_kj = (N_kj + alpha_j) / (N_k + sum_j alpha_j)
 
     The multinomial coefficient is shared by the classes (it cancels in the
     posterior) and makes ``log_prob`` the log-probability of the count vector
@@ -102,7 +138,9 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
     Args:
         n_features: vocabulary size ``d``.
         n_classes: number of classes.
-        alpha: additive (Laplace/Lidstone) smoothing, ``>= 0``; scikit-learn's
+        alpha: additive (Laplace/Lidstone) smoothing, ``>= 0``: one number, or one per
+            feature (a sequence, array or tensor of length ``d``), giving
+            ``theta_kj = (N_kj + alpha_j) / (N_k + sum_j alpha_j)``; scikit-learn's
             ``MultinomialNB(alpha=..., force_alpha=True)``.
         priors: fixed class priors or ``None`` to fit them.
         dtype: dtype of the fitted statistics.
@@ -121,8 +159,8 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
 
     def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0,
                  priors=None, dtype: torch.dtype | None = None):
-        self.alpha = _check_alpha("alpha", alpha)
         super().__init__(n_features, n_classes, priors, dtype)
+        self.alpha = _check_alpha_vector("alpha", alpha, n_features)
         K, d = n_classes, n_features
         self.register_buffer("feature_count", torch.zeros(K, d, dtype=self.dtype))
         self.register_buffer("log_theta", torch.full((K, d), -math.log(d), dtype=self.dtype))
@@ -136,7 +174,15 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
     def _finalize(self, stats, class_count):
         self._check_class_count(class_count)
         N = stats["feature_count"]
-        alpha = _smoothing(self.alpha, bool((N == 0).any()), "a word never seen in a class")
+        if isinstance(self.alpha, float):
+            alpha = _smoothing(self.alpha, bool((N == 0).any()), "a word never seen in a class")
+        else:
+            # per feature: only the zero entries whose word is missing from a class fall back
+            alpha = self.alpha.to(N.device, N.dtype)
+            fallback = (alpha == 0) & (N == 0).any(0)
+            if bool(fallback.any()):
+                _smoothing(0.0, True, f"{int(fallback.sum())} word(s) never seen in a class")
+                alpha = torch.where(fallback, torch.full_like(alpha, _ALPHA_FALLBACK), alpha)
         smoothed = N + alpha
         self.feature_count.copy_(N)
         self.log_theta.copy_(smoothed.log() - smoothed.sum(1, keepdim=True).log())
@@ -168,7 +214,8 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
         return self.log_theta, torch.zeros_like(self.log_prior)
 
     def extra_repr(self):
-        return f"{super().extra_repr()}, alpha={self.alpha}"
+        alpha = self.alpha if isinstance(self.alpha, float) else f"<{self.alpha.numel()} per-feature values>"
+        return f"{super().extra_repr()}, alpha={alpha}"
 
 
 class BernoulliNB(GenerativeClassifier):

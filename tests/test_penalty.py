@@ -67,3 +67,13 @@ def test_laplace_posterior_leaves_the_models_l2_alone():
     again = laplace_posterior(other, (x, y), GaussianPrior(0.5), fit=False)
     torch.testing.assert_close(post.precision, again.precision, rtol=1e-10, atol=1e-12)
     assert post.log_evidence == pytest.approx(again.log_evidence, rel=1e-10)
+
+
+def test_laplace_posterior_leaves_the_global_rng_alone():
+    x, y = _data()
+    model = LogisticRegression(3, dtype=torch.float64)
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    laplace_posterior(model, (x, y), GaussianPrior(0.5))
+    torch.testing.assert_close(torch.rand(3), expected)

@@ -128,8 +128,9 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
     l2 = prior.l2(total)
     if prior.bias_variance is None or not model.n_bias:
         theta = flat_parameters(model)
-        work = GeneralizedLinearModel(model.n_features, model.family, n_classes=model.n_classes, l2=l2,
-                                      fit_intercept=model.fit_intercept, dtype=theta.dtype).to(theta.device)
+        with torch.random.fork_rng(devices=[]):  # nn.Linear's init must not move the caller's RNG
+            work = GeneralizedLinearModel(model.n_features, model.family, n_classes=model.n_classes, l2=l2,
+                                          fit_intercept=model.fit_intercept, dtype=theta.dtype).to(theta.device)
         set_flat_parameters(work, theta)
         result = solvers.fit(work, x, y, weight=weight, solver=solver, **options)
         set_flat_parameters(model, flat_parameters(work))

@@ -233,6 +233,9 @@ def test_predictive_uses_the_probit_approximation():
     mc = predictive(model, q, xs, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(mc.proba, pred.proba, atol=0.02, rtol=0)   # probit approx error ~1e-2
     assert isinstance(q, VariationalPosterior) and q.sample(3).shape == (3, 3)
+    back = VariationalPosterior.from_state_dict(q.state_dict())
+    torch.testing.assert_close(predictive(model, back, xs).proba, pred.proba, rtol=0, atol=0)
+    assert back.elbo == q.elbo and back.prior == q.prior
 
 
 def test_bad_inputs_and_non_convergence():

@@ -113,9 +113,17 @@ class VariationalPosterior(GaussianDraws):
     result: FitResult = field(repr=False, default=None)
 
     def state_dict(self) -> dict:
+        """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
         return {"mean": self.mean, "covariance": self.covariance, "precision": self.precision,
                 "scale": self.scale, "elbo": self.elbo, "prior_variance": self.prior.variance,
                 "bias_variance": self.prior.bias_variance, "shape": self.shape}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "VariationalPosterior":
+        """The posterior back from :meth:`state_dict` (without the fit's history)."""
+        state = dict(state)
+        prior = GaussianPrior(state.pop("prior_variance"), state.pop("bias_variance"))
+        return cls(prior=prior, shape=tuple(state.pop("shape")), **state)
 
 
 def _design(batch: Batch, bias: bool) -> torch.Tensor:

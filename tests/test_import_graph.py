@@ -21,14 +21,30 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
+def _import_nodes(tree: ast.Module, top_level: bool):
+    """Every import statement, or (``top_level``) those run at import time: outside
+    function bodies (module level, class bodies, ``if``/``try`` blocks)."""
+    if not top_level:
+        yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
+        return
+    stack = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            stack.extend(ast.iter_child_nodes(node))
+
+
+def import_graph(top_level: bool = False, external: bool = False) -> dict[str, set[str]]:
     """Module -> the torchglm modules it imports (a name imported from a package
-    counts as its submodule when one of that name exists)."""
+    counts as its submodule when one of that name exists); ``external`` keeps the
+    other packages' names too (``pytorch_lightning``, ``lightning.pytorch``)."""
     mods = _modules()
     graph = {}
     for mod, path in mods.items():
         deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in _import_nodes(ast.parse(path.read_text()), top_level):
             if isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -42,7 +58,7 @@ def import_graph() -> dict[str, set[str]]:
                     base = node.module or ""
                 for a in node.names:
                     deps.add(f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base)
-        graph[mod] = {d for d in deps if d in mods and d != mod}
+        graph[mod] = {d for d in deps if (external or d in mods) and d != mod}
     return graph
 
 
@@ -96,3 +112,18 @@ def test_datasets_public_paths_kept():
     assert Registered is Dataset and shim is movie_review_counts
     assert MOVIE_REVIEW_CLASSES == ("rotten", "fresh")
     assert callable(load_movie_reviews) and "movie_reviews" in DATASETS and "glm_poisson" in DATASETS
+
+
+def _under(mod: str, package: str) -> bool:
+    return mod == package or mod.startswith(package + ".")
+
+
+def test_models_import_neither_solvers_nor_training_at_import_time():
+    """The pass contract is on the ground floor (torchglm.passes); models reach the
+    solvers only inside ``GLM.fit``/``make_fitter``, and never the training layer."""
+    top = import_graph(top_level=True)
+    every = import_graph()
+    for mod in top:
+        if _under(mod, "torchglm.models"):
+            assert not any(_under(d, "torchglm.solvers") or _under(d, "torchglm.training") for d in top[mod]), mod
+            assert not any(_under(d, "torchglm.training") for d in every[mod]), mod

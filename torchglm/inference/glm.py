@@ -10,7 +10,7 @@ import torch
 
 from .._validation import fail, feature_names_of
 from ..data.batches import Batch, TensorBatches
-from ..solvers.base import FitResult
+from ..passes import FitResult
 from ..solvers.derivatives import flat_parameters, hessian_and_gradient
 from .covariance import (
     Identifiability,
@@ -53,7 +53,7 @@ def glm_results(
         x, y, weight, offset: the training data (checked like ``model.loss``),
             or ``batches``: re-iterable batches of checked data (e.g. the data
             module's ``train_batches()``); exactly one of the two.
-        fit_result: the solver's :class:`~torchglm.solvers.base.FitResult`
+        fit_result: the solver's :class:`~torchglm.passes.FitResult`
             (iterations, convergence, separation info, solver name).
         information: ``"observed"`` or ``"expected"``; default ``"expected"``
             after an IRLS fit (statsmodels' GLM default) and ``"observed"``

@@ -14,8 +14,8 @@ import torch
 from .._validation import fail
 from ..data.batches import Batch
 from ..models.glm import GeneralizedLinearModel
+from ..passes import all_reduce_sum, run_passes
 from ..solvers.api import make_fitter
-from ..solvers.base import all_reduce_sum, run_passes
 from ..solvers.derivatives import flat_parameters, set_flat_parameters
 
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..solvers.base import all_reduce_sum
+from ..passes import all_reduce_sum
 
 __all__ = ["ClassMoments", "SumStatistics", "agree_dtype"]
 

@@ -74,7 +74,7 @@ from .._validation import (
 )
 from ..data.batches import Batch, TensorBatches
 from ..families import Categorical
-from ..solvers.base import FitResult, Fitter, run_passes
+from ..passes import FitResult, Fitter, run_passes
 
 __all__ = ["GenerativeClassifier", "ClosedFormFitter"]
 
@@ -437,7 +437,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         dtype, and the model moves to that dtype (float64 data give a float64 model).
 
         Returns:
-            The :class:`~torchglm.solvers.base.FitResult` (``converged=True``, one pass).
+            The :class:`~torchglm.passes.FitResult` (``converged=True``, one pass).
 
         Raises:
             InputError: invalid data, an empty class, or a statistic that

@@ -332,7 +332,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
 
     # -- fitting --------------------------------------------------------------
     def make_fitter(self, solver: str = "auto", **options):
-        """A pass-based :class:`~torchglm.solvers.base.Fitter` for this model; see
+        """A pass-based :class:`~torchglm.passes.Fitter` for this model; see
         :func:`torchglm.solvers.make_fitter`. Every model class has this method, so the
         Lightning task and ``fit`` never branch on the model type."""
         from ..solvers import make_fitter as _make_fitter

@@ -102,9 +102,9 @@ def tol_kind(solver):
 
 
 def sklearn_method(solver):
-    from sklearn.linear_model import LogisticRegression
-
     def run(kind, X, y, tol):
+        from sklearn.linear_model import LogisticRegression
+
         sk = LogisticRegression(C=1.0 / (ALPHA * len(y)), solver=solver, tol=tol, max_iter=10_000)
         sk.fit(X, y)
         return sk.coef_, sk.intercept_, int(np.max(sk.n_iter_))
@@ -144,9 +144,10 @@ def glum_probit_link():
 
 
 def glum_method(solver):
-    from glum import GeneralizedLinearRegressor
-
     def run(kind, X, y, tol):
+        # Imported here: a machine without glum records the peer as failed, not a crash.
+        from glum import GeneralizedLinearRegressor
+
         link = glum_probit_link() if kind == "probit" else kind
         g = GeneralizedLinearRegressor(family="binomial", link=link, alpha=ALPHA, l1_ratio=0.0,
                                        solver=solver, gradient_tol=tol, max_iter=1000)
@@ -157,9 +158,9 @@ def glum_method(solver):
 
 
 def statsmodels_method(which):
-    import statsmodels.api as sm
-
     def run(kind, X, y, tol):
+        import statsmodels.api as sm
+
         Xc = sm.add_constant(X, prepend=False)
         if which == "glm-irls":
             link = sm.families.links.Logit() if kind == "logit" else sm.families.links.Probit()

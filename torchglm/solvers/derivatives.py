@@ -234,8 +234,20 @@ class PassSums:
         if x.layout != torch.strided:
             # Sparse counts (bag of words) stay sparse: COO supports every product below.
             x = x.to_sparse_coo()
-        y = batch.y
-        eta = self.eta(x, batch.offset)
+        rows = _fused_rows(x)
+        if rows is None:
+            return self._add(x, batch.y, batch.offset, batch.weight)
+        # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
+        # x (gradient, diagonal, kept curvature for hvp) then read each slab from cache,
+        # not the whole design twice from memory.
+        for i in range(0, x.shape[0], rows):
+            j = i + rows
+            self._add(x[i:j], batch.y[i:j], None if batch.offset is None else batch.offset[i:j],
+                      None if batch.weight is None else batch.weight[i:j])
+        return None
+
+    def _add(self, x, y, offset, s) -> None:
+        eta = self.eta(x, offset)
         # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
         # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
         probs = (not self.scalar and self.family.is_canonical
@@ -246,7 +258,6 @@ class PassSums:
         else:
             nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
                                           expected=self.expected)
-        s = batch.weight
         if s is None:
             self.weight_sum += nll.shape[0]
         else:
@@ -260,7 +271,7 @@ class PassSums:
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
         self.counts[2] += nll.shape[0]
-        if batch.offset is not None:
+        if offset is not None:
             self.counts[3] += nll.shape[0]
         if self.want_y_sum:
             self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
@@ -419,6 +430,14 @@ class _Curvature:
             hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
             return hu if self.weight is None else _scale(hu, self.weight)
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+
+def _fused_rows(x: torch.Tensor) -> int | None:
+    """Rows per slab of a pass over a dense design on a CPU (about 4 MB each), or
+    ``None`` for one piece: sparse, on an accelerator, or small enough for cache."""
+    if x.is_sparse or x.device.type != "cpu" or x.numel() * x.element_size() <= 2**23:
+        return None
+    return max(256, 2**19 // x.shape[1])
 
 
 def _chunk_rows(x: torch.Tensor, width: int) -> int:

@@ -54,8 +54,16 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
             ``D H D`` is singular to working precision).
 
     Returns:
-        ``(delta, note)``: the step and ``None``, or a short description of the
-        fallback that was needed ("singular", "indefinite").
+        ``(delta, note, flat, rcond)``: the step; ``None`` or a short description of
+        the fallback that was needed ("singular", "indefinite"); the norm of the
+        equilibrated gradient ``D g`` along the directions dropped as singular (0 when
+        none were). Where ``flat`` is above the gradient's rounding (about ``eps``
+        in these units), the objective still changes along directions whose
+        curvature is lost in rounding: its optimum there is not determined in this
+        dtype (nearly collinear columns, ``cond(X) ~ 1/sqrt(eps)``); exactly
+        collinear columns give ``flat`` at rounding level; and ``rcond``, the
+        reciprocal condition estimate of ``D H D`` (squared Cholesky pivot ratio, or
+        the ratio of the smallest kept to the largest eigenvalue).
     """
     p = g.numel()
     eps = torch.finfo(H.dtype).eps
@@ -68,8 +76,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
         piv = L.diagonal()
         # (min pivot / max pivot)^2 bounds the reciprocal condition number from above:
         # a tiny value means D H D is singular to working precision.
-        if float((piv.min() / piv.max()) ** 2) > rtol:
-            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None
+        rcond = float((piv.min() / piv.max()) ** 2)
+        if rcond > rtol:
+            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond
     evals, evecs = torch.linalg.eigh(Hs)
     scale = evals.abs().max()
     keep = evals.abs() > rtol * scale
@@ -83,7 +92,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
                      f"minimum-norm step on the rest)")
     if n_neg:
         notes.append(f"indefinite ({n_neg} negative eigenvalues; their signs flipped)")
-    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)"
+    flat = float((evecs[:, ~keep].T @ gs).norm()) if n_drop else 0.0
+    rcond = float(evals.abs()[keep].min() / scale) if bool(keep.any()) else 0.0
+    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond
 
 
 def shift_null_projector(m: int, d: int, has_bias: bool, unpenalized: torch.Tensor,

@@ -57,7 +57,7 @@ class NewtonFitter(_SecondOrder):
     ``X~^T (h * X~)`` per batch, a ``K x K`` block pair per batch for softmax),
     then solves ``H delta = -g`` by Cholesky (eigenvalue fallback with a
     :class:`~torchglm.NumericalWarning` for singular or indefinite ``H``).
-    Stops on the Newton decrement ``lambda^2 / 2 = -g^T delta / 2 <= tol max(1, |E|)``
+    Stops on the Newton decrement ``lambda^2 = -g^T delta <= tol max(1, |E|)``
     (see :mod:`.stepper`).
 
     Args:

@@ -11,10 +11,20 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
 2. **Convergence** at the accepted point, by scale-invariant rules only
    (multiplying a column of ``X`` by ``c`` divides its coefficient by ``c`` and
    changes neither whether nor where a fit stops): the Newton decrement
-   ``lambda^2 = g^T H^{-1} g`` with ``lambda^2 / 2 <= tol max(1, |E|)``
-   (``lambda^2 / 2`` estimates ``E - E*``; Boyd & Vandenberghe, "Convex
-   Optimization", 9.5), computed on the equilibrated system (and, for
-   Newton-CG, only from a CG solve that met its residual target). Not a small
+   ``lambda^2 = g^T H^{-1} g`` with ``lambda^2 <= tol max(1, |E|)``
+   (``lambda^2 / 2`` estimates ``E - E*`` and ``lambda^2`` bounds it for a
+   self-concordant ``E`` once ``lambda <= 0.68``; Boyd & Vandenberghe, "Convex
+   Optimization", 9.5 and (9.50): the factor 2 covers the quadratic model's error
+   along nearly flat directions), computed on the equilibrated system, and only
+   after a Newton-type step whose decrease of ``E`` matched its quadratic model
+   (within a factor 2). Newton-CG's decrement counts only from a CG solve that met
+   its residual target, and is confirmed with the exact Hessian where that costs
+   little (truncated CG can miss a nearly flat direction); a Hessian singular to working
+   precision with a gradient above rounding along its null directions ends the fit
+   unconverged (the optimum is not determined in the dtype). Once Newton's
+   quadratic rate predicts convergence, the next pass sums only ``E`` and ``g`` and
+   verifies with the previous Hessian (a "light" pass; ``g^T H^-1 g`` bounded through
+   ``(1 - lambda_0)^2 H_0 <= H``). Not a small
    gradient, which a nearly flat direction can show far from the optimum, and not
    the change of the coefficients, which is small both at the optimum and when
    progress stalls. First-order solvers (gradient, coordinate, L-BFGS) have no
@@ -144,6 +154,16 @@ class StepFitter(Fitter):
         self.reevaluate = False
         #: whether the last Newton-type direction solved its system to its target.
         self.solve_exact = True
+        #: the equilibrated gradient along directions dropped as singular (0: none).
+        self.flat_gradient = 0.0
+        #: reciprocal condition of the last equilibrated Hessian (1 before any).
+        self.rcond = 1.0
+        #: whether the last Newton-type step's decrease matched its quadratic model.
+        self.model_agrees = True
+        # A CG decrement that passed the test is confirmed with the exact Hessian where
+        # that costs little (``hessian_cost <= NEWTON_MAX_COST``): truncated CG misses
+        # the flat directions of an ill-conditioned Hessian (nearly collinear columns).
+        self.verify_full = False
         # The light verifying pass (see ``_accept``): the next pass sums only E and g,
         # and its decrement is taken with the last Hessian ``light_hess``.
         self.light = False
@@ -178,6 +198,8 @@ class StepFitter(Fitter):
         """What the next pass accumulates."""
         if self.start_pending or self.light:
             return None
+        if self.verify_full:
+            return "full"
         return self.finish_curvature if self.finishing else self.curvature
 
     def start_pass(self) -> None:
@@ -252,6 +274,15 @@ class StepFitter(Fitter):
     # -- steps ------------------------------------------------------------------
     def _accept(self, s: PassSums, step: float) -> None:
         self.on_accept(s, step)
+        # Did the step just taken decrease E as its quadratic model predicted
+        # (lambda^2 (t - t^2/2) for a Newton-type step)? Where it did not (a nearly flat,
+        # strongly curved direction), lambda^2 does not bound E - E* yet: no convergence.
+        self.model_agrees = True
+        if step > 0 and self.newton_like and self.base is not None:
+            predicted = -self.slope * (step - step * step / 2)
+            actual = float(self.base.loss) - float(s.loss)
+            rounding = 100 * torch.finfo(self.dtype).eps * max(1.0, abs(float(s.loss)))
+            self.model_agrees = predicted <= rounding or 0.5 <= actual / predicted <= 2.0
         self.base, self.base_theta = s, self.theta
         set_flat_parameters(self.model, self.theta)
         if step > 0:
@@ -260,8 +291,11 @@ class StepFitter(Fitter):
         grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
         stale = self.light
         self.light = False
+        verifying, self.verify_full = self.verify_full, False
         if stale:
             delta, dec = self.newton_step(s, self.light_hess)
+        elif verifying:
+            delta, dec = self.newton_step(s, s.hess)
         else:
             delta, dec = self.finish_direction(s) if self.finishing else self.direction(s)
         self.delta, self.decrement = delta, dec
@@ -287,12 +321,29 @@ class StepFitter(Fitter):
             # H0-length lambda0, H >= (1 - lambda0)^2 H0 (self-concordance; Boyd &
             # Vandenberghe 9.6), so g^T H^-1 g <= g^T H0^-1 g / (1 - lambda0)^2.
             bound = dec / (1 - self.light_lambda) ** 2 if stale and dec is not None else dec
-            if bound is not None and bound / 2 <= self.tol * scale and self.solve_exact:
+            certified = bound is not None and bound <= self.tol * scale and self.model_agrees
+            if (certified and self.solve_exact
+                    and s.hess is None and not stale and self.finish_curvature == "full"):
+                # A Newton-CG decrement: confirm it at this point with the exact Hessian.
+                self.verify_full = True
+                self.reevaluate = True
+                self.theta = self.base_theta
+                return None
+            if certified and self.solve_exact:
                 what = "with the previous Hessian, bounded" if stale else "="
-                return self._finish(True, f"Newton decrement lambda^2/2 {what} {bound / 2:.3g} "
+                return self._finish(True, f"Newton decrement lambda^2 {what} {bound:.3g} "
                                           f"<= tol*max(1,|E|)")
+            if certified and self.flat_gradient:
+                return self._finish(False, (
+                    f"the Hessian is singular to working precision ({self.dtype}) and the "
+                    f"gradient along its null directions is {self.flat_gradient:.3g} in "
+                    f"equilibrated units, not rounding: the objective still changes along "
+                    f"nearly collinear columns, so its optimum there is not determined in "
+                    f"this dtype (lambda^2 on the rest is {bound:.3g}); drop or "
+                    f"combine those columns, or add an L2 penalty"), warn=True)
             if stale:
-                # Not verified: evaluate this point again with its own curvature.
+                # Not verified (or the step's decrease was not the predicted one):
+                # evaluate this point again with its own curvature.
                 self.reevaluate = True
                 self.theta = self.base_theta
                 return None
@@ -301,12 +352,16 @@ class StepFitter(Fitter):
             if (s.hess is not None and dec is not None and self.solve_exact
                     and not (self.detect_separation and s.n_saturated)):
                 # Newton converges quadratically: once the decrement predicted after a
-                # full step, (lambda / (1 - lambda))^4 / 2, is below the tolerance, the
+                # full step, (lambda / (1 - lambda))^4, is below the tolerance, the
                 # next pass sums only E and g (a Hessian pass costs d~ K (K+1) / 2 of
                 # them) and verifies with this Hessian; a miss costs one more pass. Not
                 # with saturated samples: a separation needs its full steps watched.
+                # Only for a well-conditioned Hessian: along a nearly flat direction
+                # the Hessian changes a lot relative to its small eigenvalue (the
+                # self-concordance constant grows with the condition number).
                 lam = math.sqrt(max(dec, 0.0))
-                if lam <= 0.25 and (lam / (1 - lam)) ** 4 / 2 <= self.tol * scale:
+                if (lam <= 0.25 and (lam / (1 - lam)) ** 4 <= self.tol * scale
+                        and self.rcond >= math.sqrt(torch.finfo(self.dtype).eps)):
                     self.light, self.light_hess, self.light_lambda = True, s.hess, lam
         if self.finishing:
             if self.result.n_iter - self.finish_from >= FINISH_MAX_STEPS:
@@ -345,8 +400,11 @@ class StepFitter(Fitter):
             h = A.diagonal().abs()
             c = torch.zeros_like(self.N_count).index_add(0, self.N_col, h) / self.N_count
             A = A + self.N * c[self.N_col].unsqueeze(1)
-        delta, note = newton_direction(A, s.grad)
-        self.solve_exact = True
+        delta, note, flat, self.rcond = newton_direction(A, s.grad)
+        # Directions singular to working precision with the gradient not at its
+        # rounding along them: the decrement cannot certify the optimum there.
+        self.flat_gradient = flat if flat > 1e3 * torch.finfo(self.dtype).eps else 0.0
+        self.solve_exact = not self.flat_gradient
         if note is not None:
             self._note(f"Hessian {note}")
         return delta, float(-(s.grad @ delta))

@@ -252,6 +252,20 @@ def test_float32_model_polishes_in_float64_with_every_solver(solver):
         assert ConvergenceWarning in caught
 
 
+def _collinear(seed, eps, n=2000):
+    """Five features and a sixth equal to the first up to ``eps``; the reference
+    optimum's objective from Newton at tol 1e-20."""
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(n, 5, generator=g, dtype=torch.float64)
+    z = torch.cat([z, z[:, :1] + eps * torch.randn(n, 1, generator=g, dtype=torch.float64)], 1)
+    y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(z[:, :5].sum(1))).long()
+    ref = LogisticRegression(6, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit(ref, z, y, solver="newton", tol=1e-20)
+    return z, y, float(ref.loss(z, y).detach())
+
+
 @pytest.mark.parametrize("solver", ["newton", "irls", "newton-cg", "lbfgs", "auto"])
 @pytest.mark.parametrize("eps", [1e-6, 1e-7])
 @pytest.mark.parametrize("seed", [0, 2, 3])
@@ -262,16 +276,7 @@ def test_nearly_collinear_columns_every_seed(solver, eps, seed):
     lambda^2 / 2) after a step whose decrease matched its quadratic model. lambda^2
     bounds E - E* only as well as that model holds: at cond(D H D) ~ 1e14 (eps = 1e-7)
     L-BFGS's Newton finish stopped 1.07e-12 above the optimum, hence 2 tol here."""
-    g = torch.Generator().manual_seed(seed)
-    n = 2000
-    z = torch.randn(n, 5, generator=g, dtype=torch.float64)
-    z = torch.cat([z, z[:, :1] + eps * torch.randn(n, 1, generator=g, dtype=torch.float64)], 1)
-    y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(z[:, :5].sum(1))).long()
-    ref = LogisticRegression(6, dtype=torch.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit(ref, z, y, solver="newton", tol=1e-20)
-    E0 = float(ref.loss(z, y).detach())
+    z, y, E0 = _collinear(seed, eps)
     m = LogisticRegression(6, dtype=torch.float64)
     r, caught = _fit(m, z, y, solver)
     if r.converged:
@@ -286,16 +291,7 @@ def test_singular_to_working_precision_is_not_converged(solver):
     the gradient far above rounding along the lost direction: the optimum there is not
     determined in float64. L-BFGS reported converged=True 7e-5 above it; now the fit
     ends unconverged with a ConvergenceWarning that says why, or reaches the optimum."""
-    g = torch.Generator().manual_seed(2)
-    n = 2000
-    z = torch.randn(n, 5, generator=g, dtype=torch.float64)
-    z = torch.cat([z, z[:, :1] + 1e-8 * torch.randn(n, 1, generator=g, dtype=torch.float64)], 1)
-    y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(z[:, :5].sum(1))).long()
-    ref = LogisticRegression(6, dtype=torch.float64)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit(ref, z, y, solver="newton", tol=1e-20)
-    E0 = float(ref.loss(z, y).detach())
+    z, y, E0 = _collinear(2, 1e-8)
     m = LogisticRegression(6, dtype=torch.float64)
     r, caught = _fit(m, z, y, solver)
     if r.converged:

@@ -3,10 +3,11 @@
 ``fit(model, x, y, solver=...)`` for notebooks; ``make_fitter(model, solver)`` for
 the Trainer; ``hessian_and_gradient(model, batches)`` for inference and the
 Laplace posterior. Solvers: ``newton``, ``irls``, ``newton-cg``, ``lbfgs``,
-``gd``, ``coordinate`` and ``auto`` (see ``docs/solvers.md``).
+``gd``, ``coordinate``, the direct ``qr`` (least squares: the Gaussian with the
+identity link) and ``auto`` (see ``docs/solvers.md``).
 """
 
-from .api import SOLVERS, choose_solver, fit, make_fitter
+from .api import DIRECT_SOLVERS, SOLVERS, choose_solver, fit, make_fitter
 from .base import FitResult, Fitter, all_reduce_sum, run_passes
 from .derivatives import flat_parameters, hessian_and_gradient, parameter_names, set_flat_parameters
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
@@ -19,6 +20,7 @@ __all__ = [
     "all_reduce_sum",
     "run_passes",
     "SOLVERS",
+    "DIRECT_SOLVERS",
     "choose_solver",
     "fit",
     "make_fitter",

@@ -19,8 +19,9 @@ from .derivatives import hessian_cost
 from .stepper import NEWTON_MAX_COST
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
+from .least_squares import QRFitter
 
-__all__ = ["SOLVERS", "make_fitter", "fit", "choose_solver"]
+__all__ = ["SOLVERS", "DIRECT_SOLVERS", "make_fitter", "fit", "choose_solver"]
 
 #: Registry of solver names to fitter classes (``"auto"`` resolves through
 #: :func:`choose_solver`). Another module may add entries (e.g. ``"sgd"``).
@@ -29,6 +30,18 @@ SOLVERS: dict[str, type[Fitter]] = {
     for cls in (NewtonFitter, IRLSFitter, NewtonCGFitter, GradientDescentFitter,
                 CoordinateDescentFitter, LBFGSFitter)
 }
+#: Direct solvers for one family: ``qr`` (least squares, the Gaussian with the identity
+#: link; :mod:`.least_squares`). :data:`SOLVERS` holds the iterative ones, which fit
+#: every family.
+DIRECT_SOLVERS: dict[str, type[Fitter]] = {QRFitter.name: QRFitter}
+
+
+def _solver_class(name: str, given: str) -> type[Fitter]:
+    cls = SOLVERS.get(name) or DIRECT_SOLVERS.get(name)
+    if cls is None:
+        raise fail("solver", f"one of {sorted(SOLVERS) + sorted(DIRECT_SOLVERS) + ['auto']}",
+                   repr(given))
+    return cls
 
 #: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
@@ -38,7 +51,10 @@ AUTO_FLOAT32_MIN_FLOPS = 5e7
 def choose_solver(model, n_samples: int | None = None) -> str:
     """The solver ``auto`` picks from the model's shape.
 
-    One Newton iteration costs about ``n d~^2 K (K + 1) / 2`` flops for the
+    The Gaussian family with its identity link is least squares: ``qr``
+    (Householder QR, error ``eps cond(X~)`` instead of the normal equations'
+    ``eps cond(X~)^2``; :mod:`.least_squares`), Newton for a sparse design. Otherwise,
+    one Newton iteration costs about ``n d~^2 K (K + 1) / 2`` flops for the
     Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
@@ -48,6 +64,8 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
     per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
     """
+    if model.family.is_least_squares:
+        return "qr"
     return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
 
 
@@ -69,7 +87,8 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
 
     Args:
         model: a ``GeneralizedLinearModel``.
-        solver: a name in :data:`SOLVERS` or ``"auto"`` (see :func:`choose_solver`).
+        solver: a name in :data:`SOLVERS` or :data:`DIRECT_SOLVERS`, or ``"auto"``
+            (see :func:`choose_solver`).
         **options: the fitter's options (``max_iter``, ``tol``, ``gtol``,
             ``dtype``, ``lr``, ``memory``, ``max_cg``, ...).
 
@@ -80,9 +99,7 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
     """
     if solver == "auto":
         solver = choose_solver(model)
-    if solver not in SOLVERS:
-        raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
-    return SOLVERS[solver](model, **options)
+    return _solver_class(solver, solver)(model, **options)
 
 
 def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
@@ -98,7 +115,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
             array-likes (NumPy, pandas, scipy.sparse: see ``model.as_data``);
             a DataFrame's column names become ``model.feature_names``.
         weight: optional sample weights (n_samples,); offset: optional (n_samples,).
-        solver: a name in :data:`SOLVERS` or ``"auto"``.
+        solver: a name in :data:`SOLVERS` or :data:`DIRECT_SOLVERS`, or ``"auto"``.
         batch_size: rows per batch (``None``: one batch). The iterates do not
             depend on it beyond rounding.
         max_iter: maximum accepted steps (solver default when ``None``).
@@ -130,9 +147,9 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     x, y, weight, offset = model.as_data(x, y, weight, offset)
     x, y = model.check_data(x, y, weight, offset)
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
-    if name not in SOLVERS:
-        raise fail("solver", f"one of {sorted(SOLVERS) + ['auto']}", repr(solver))
-    cls = SOLVERS[name]
+    if solver == "auto" and name == "qr" and x.layout != torch.strided:
+        name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly
+    cls = _solver_class(name, solver)
     _check_options(name, cls, options)
     if solver == "auto" and dtype is None and name == "newton":
         m, d = model.linear.weight.shape

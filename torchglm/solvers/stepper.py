@@ -160,6 +160,8 @@ class StepFitter(Fitter):
         self.rcond = 1.0
         #: whether the last Newton-type step's decrease matched its quadratic model.
         self.model_agrees = True
+        #: whether the last Newton-type direction came from CG (Hessian-vector products).
+        self.cg_direction = False
         # A CG decrement that passed the test is confirmed with the exact Hessian where
         # that costs little (``hessian_cost <= NEWTON_MAX_COST``): truncated CG misses
         # the flat directions of an ill-conditioned Hessian (nearly collinear columns).
@@ -322,8 +324,8 @@ class StepFitter(Fitter):
             # Vandenberghe 9.6), so g^T H^-1 g <= g^T H0^-1 g / (1 - lambda0)^2.
             bound = dec / (1 - self.light_lambda) ** 2 if stale and dec is not None else dec
             certified = bound is not None and bound <= self.tol * scale and self.model_agrees
-            if (certified and self.solve_exact
-                    and s.hess is None and not stale and self.finish_curvature == "full"):
+            if (certified and self.solve_exact and self.cg_direction
+                    and self.finish_curvature == "full"):
                 # A Newton-CG decrement: confirm it at this point with the exact Hessian.
                 self.verify_full = True
                 self.reevaluate = True
@@ -400,6 +402,7 @@ class StepFitter(Fitter):
             h = A.diagonal().abs()
             c = torch.zeros_like(self.N_count).index_add(0, self.N_col, h) / self.N_count
             A = A + self.N * c[self.N_col].unsqueeze(1)
+        self.cg_direction = False
         delta, note, flat, self.rcond = newton_direction(A, s.grad)
         # Directions singular to working precision with the gradient not at its
         # rounding along them: the decrement cannot certify the optimum there.
@@ -411,6 +414,7 @@ class StepFitter(Fitter):
 
     def cg_step(self, s: PassSums, max_cg: int | None = None):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`)."""
+        self.cg_direction = True
         x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg,
                                              precondition=self.cg_preconditioner(s))
         self.result.extra.setdefault("cg_iterations", []).append(n_cg)

@@ -26,9 +26,9 @@ MODELS = (
 
 
 def short_help() -> str:
-    from ..solvers import SOLVERS  # torch only, no Lightning
+    from ..solvers import DIRECT_SOLVERS, SOLVERS  # torch only, no Lightning
 
-    solvers = ", ".join(["sgd", "auto", *SOLVERS, "closed_form"])
+    solvers = ", ".join(["sgd", "auto", *SOLVERS, *DIRECT_SOLVERS, "closed_form"])
     models = "\n".join(f"    torchglm.{m}" for m in MODELS)
     return f"""usage: torchglm train --config CONFIG.yaml [--KEY VALUE ...] [-v]
        torchglm predict --run_dir RUN --input FILE --output FILE

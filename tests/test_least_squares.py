@@ -3,7 +3,6 @@ processes) for the Gaussian family with the identity link."""
 
 import os
 import tempfile
-import warnings
 
 import numpy as np
 import pytest

@@ -127,3 +127,18 @@ def test_models_import_neither_solvers_nor_training_at_import_time():
         if _under(mod, "torchglm.models"):
             assert not any(_under(d, "torchglm.solvers") or _under(d, "torchglm.training") for d in top[mod]), mod
             assert not any(_under(d, "torchglm.training") for d in every[mod]), mod
+
+
+#: Lightning outside training/ still to move: the Bayes callback (its owner is
+#: extending it; it moves to training/ like the inference and figure callbacks).
+LIGHTNING_ELSEWHERE = {"torchglm.bayes.callback"}
+
+
+def test_lightning_is_imported_only_under_training():
+    graph = import_graph(external=True)
+    lightning = {"pytorch_lightning", "lightning"}
+    users = {mod for mod, deps in graph.items()
+             if any(d.split(".")[0] in lightning for d in deps)}
+    outside = {m for m in users if not _under(m, "torchglm.training")}
+    assert outside <= LIGHTNING_ELSEWHERE, sorted(outside)
+    assert "torchglm.training.data_module" in users

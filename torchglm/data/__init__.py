@@ -1,7 +1,7 @@
-"""Data: batches, files, built-in datasets and the Lightning data module.
+"""Data: batches, files and built-in datasets (no Lightning).
 
-:class:`GLMDataModule` is imported lazily, so ``import torchglm`` does not pay
-for importing Lightning.
+:class:`GLMDataModule` (Lightning's data module, in :mod:`torchglm.training`) is
+re-exported lazily, so ``import torchglm`` does not pay for importing Lightning.
 """
 
 from .batches import Batch, TensorBatches
@@ -15,7 +15,7 @@ __all__ = ["Batch", "TensorBatches", "DATASETS", "Dataset", "load_dataset", "Tab
 
 def __getattr__(name):
     if name == "GLMDataModule":
-        from .module import GLMDataModule
+        from ..training.data_module import GLMDataModule
 
         return GLMDataModule
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

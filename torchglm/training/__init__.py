@@ -6,7 +6,7 @@ Importing this package is cheap; its classes import Lightning on first access
 
 __all__ = ["GLMDataModule", "GLMMetrics", "GLMTask"]
 
-_HOMES = {"GLMDataModule": "..data.module", "GLMMetrics": ".metrics", "GLMTask": ".task"}
+_HOMES = {"GLMDataModule": ".data_module", "GLMMetrics": ".metrics", "GLMTask": ".task"}
 
 
 def __getattr__(name: str):

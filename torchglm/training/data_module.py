@@ -22,9 +22,9 @@ from .._validation import (
     check_weight,
     fail,
 )
-from .batches import TensorBatches
-from .datasets import load_dataset
-from .files import read_table
+from ..data.batches import TensorBatches
+from ..data.datasets import load_dataset
+from ..data.files import read_table
 
 __all__ = ["GLMDataModule", "shard"]
 

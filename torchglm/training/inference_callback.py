@@ -4,7 +4,7 @@ Add it to a config::
 
     trainer:
       callbacks:
-        - class_path: torchglm.inference_callback.InferenceSummary
+        - class_path: torchglm.inference_callback.InferenceSummary   # or torchglm.training.inference_callback
 
 After training it computes :func:`torchglm.inference.glm_results` on the training
 split (``trainer.datamodule.train_batches()``, through the task's basis if any)
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytorch_lightning as pl
 
-from ._validation import InputError
-from .data.batches import Batch
-from .inference import GLMResults, glm_results
+from .._validation import InputError
+from ..data.batches import Batch
+from ..inference import GLMResults, glm_results
 
 __all__ = ["InferenceSummary"]
 

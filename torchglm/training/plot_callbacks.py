@@ -18,7 +18,7 @@ Each figure is saved as ``<run dir>/figures/<stage>_<name>.png`` (the run dir is
 
     trainer:
       callbacks:
-        - class_path: torchglm.plot_callbacks.FigureLogger
+        - class_path: torchglm.plot_callbacks.FigureLogger   # or torchglm.training.plot_callbacks
           init_args: {resolution: 150}
 
 The callback reads ``pl_module.model`` (anything with ``predict_proba`` and a
@@ -35,8 +35,8 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.loggers import TensorBoardLogger
 
-from . import plotting
-from ._validation import check_positive, fail
+from .. import plotting
+from .._validation import check_positive, fail
 
 __all__ = ["FigureLogger"]
 

@@ -140,14 +140,14 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
     c = math.sqrt(prior.bias_variance / prior.variance)
     aug = GeneralizedLinearModel(model.n_features + 1, model.family, n_classes=model.n_classes,
                                  l2=l2, fit_intercept=False, dtype=x.dtype).to(x.device)
-    with torch.no_grad():
-        aug.linear.weight[:, :-1].copy_(model.linear.weight)
-        aug.linear.weight[:, -1].copy_(model.linear.bias / c)
+    # theta = [vec W, b] -> the augmented model's rows [W_k, b_k / c] (no intercept), and back.
+    theta, m = flat_parameters(model), model.n_weights
+    W, b = theta[:m].view(model.n_outputs, -1), theta[m:]
+    set_flat_parameters(aug, torch.cat([W, (b / c).unsqueeze(1)], 1).reshape(-1))
     x_aug = torch.cat([x, torch.full((x.shape[0], 1), c, dtype=x.dtype, device=x.device)], 1)
     result = solvers.fit(aug, x_aug, y, weight=weight, solver=solver, **options)
-    with torch.no_grad():
-        model.linear.weight.copy_(aug.linear.weight[:, :-1])
-        model.linear.bias.copy_(c * aug.linear.weight[:, -1])
+    rows = flat_parameters(aug).view(model.n_outputs, -1)
+    set_flat_parameters(model, torch.cat([rows[:, :-1].reshape(-1), c * rows[:, -1]]))
     model.mark_fitted()
     return result, l2
 

@@ -202,7 +202,24 @@ class StepFitter(Fitter):
             return None
         if self.verify_full:
             return "full"
-        return self.finish_curvature if self.finishing else self.curvature
+        if self.finishing:
+            return self.finish_curvature
+        if not self.exact and self.finish_curvature == "hvp" and self._first_order_stop_predicted():
+            # The first-order phase is about to stop: sum the finish's curvature on
+            # its next pass (a diagonal and kept per-sample curvature, about half a
+            # pass more), so the finish needs no separate pass to re-evaluate the point.
+            return "hvp"
+        return self.curvature
+
+    def _first_order_stop_predicted(self) -> bool:
+        """Whether the next accepted first-order step is predicted to meet the
+        decrement rule (the last two decrements' ratio carried one step on)."""
+        hist = [h["newton_decrement"] for h in self.result.history[-2:]]
+        if len(hist) < 2 or not all(math.isfinite(v) and v > 0 for v in hist):
+            return False
+        dec, prev = hist[1] ** 2, hist[0] ** 2
+        predicted = dec * min(dec / prev, 1.0)
+        return predicted / 2 <= self.tol * max(1.0, abs(self.result.history[-1]["loss"]))
 
     def start_pass(self) -> None:
         self.sums = PassSums(self.model, self.theta, self.pass_curvature(),
@@ -312,9 +329,9 @@ class StepFitter(Fitter):
             # A first-order rule (not scale-invariant): end this phase, finish with
             # Newton-type steps that verify the optimum.
             if grad_norm <= self.gtol:
-                return self._begin_finish(f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}")
+                return self._begin_finish(f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}", s)
             if dec is not None and dec / 2 <= self.tol * scale:
-                return self._begin_finish(f"quasi-Newton decrement {dec / 2:.3g} <= tol*max(1,|E|)")
+                return self._begin_finish(f"quasi-Newton decrement {dec / 2:.3g} <= tol*max(1,|E|)", s)
         else:
             # Only the decrement certifies E - E* (a small gradient does not, along a
             # nearly flat direction); a truncated CG solve underestimates it, so it
@@ -431,15 +448,19 @@ class StepFitter(Fitter):
             return self.newton_step(s, s.hess)
         return self.cg_step(s)
 
-    def _begin_finish(self, reason: str) -> None:
-        """Switch to Newton-type steps, re-evaluating the accepted point with curvature."""
+    def _begin_finish(self, reason: str, s: PassSums | None = None) -> None:
+        """Switch to Newton-type steps, re-evaluating the accepted point with curvature
+        (at once from ``s`` when its pass already summed that curvature)."""
         self.finishing = True
         self.finish_from = self.result.n_iter
         self.result.extra["first_order_stop"] = reason
-        self.reevaluate = True
-        self.theta = self.base_theta
         self.prev_delta = None
         self.sep_streak = 0
+        if s is not None and s.curvature == self.finish_curvature:
+            return self._accept(s, 0.0)
+        self.reevaluate = True
+        self.theta = self.base_theta
+        return None
 
     def _reject(self, s: PassSums) -> None:
         self.n_rejected += 1

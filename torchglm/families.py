@@ -103,16 +103,11 @@ class Family:
         return self.link.name == self.canonical_link
 
     @property
-    def is_least_squares(self) -> bool:
-        """Whether maximum likelihood is linear least squares (the Gaussian with its
-        canonical identity link): solved directly by QR (:mod:`torchglm.solvers.least_squares`)."""
-        return False
-
-    @property
     def least_squares(self) -> bool:
         """True when the NLL is least squares in the mean of a linear predictor
-        (Gaussian, identity link): the log-likelihood's dispersion can then be
-        concentrated out, ``phi^ = RSS / n`` (statsmodels' ``llf`` convention)."""
+        (Gaussian, identity link): the fit is solved directly by QR
+        (:mod:`torchglm.solvers.least_squares`), and the log-likelihood's dispersion
+        can be concentrated out, ``phi^ = RSS / n`` (statsmodels' ``llf`` convention)."""
         return False
 
     def n_outputs(self, n_classes: int | None = None) -> int:
@@ -285,10 +280,6 @@ class Gaussian(Family):
     has_dispersion = True
     _closed_links = ("identity", "log")
     has_saturated_model = True
-
-    @property
-    def is_least_squares(self) -> bool:
-        return self.is_canonical
 
     def _nll(self, eta, y):
         r = y - self.mean(eta)

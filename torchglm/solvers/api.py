@@ -64,7 +64,7 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
     per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
     """
-    if model.family.is_least_squares:
+    if model.family.least_squares:
         return "qr"
     return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
 

@@ -53,7 +53,7 @@ class QRFitter(Fitter):
 
     def __init__(self, model, dtype: torch.dtype | None = None, max_iter: int | None = None,
                  tol: float | None = None):
-        if not model.family.is_least_squares:
+        if not model.family.least_squares:
             raise fail("solver 'qr'", "a Gaussian model with the identity link",
                        f"family '{model.family.name}' with link '{model.family.link.name}'")
         self.model = model

@@ -137,13 +137,13 @@ class LBFGSFitter(StepFitter):
         self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def state_dict(self) -> dict:
-        """What a fitter rebuilt at the accepted point (``model`` holds it) needs to go
-        on along the same iterates: the stored pairs and the finishing phase."""
-        return {"pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
+        """:meth:`StepFitter.state_dict` and the stored pairs and finishing phase."""
+        return {**super().state_dict(),
+                "pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
                 "finishing": self.finishing, "finish_from": self.finish_from}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` into a fitter made at the same accepted point."""
+        super().load_state_dict(state)
         device = self.theta.device
         self.pairs = [tuple(t.to(device, self.dtype) for t in p) for p in state["pairs"]]
         self.finishing, self.finish_from = state["finishing"], state["finish_from"]

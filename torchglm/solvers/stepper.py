@@ -195,6 +195,22 @@ class StepFitter(Fitter):
         self.start_pending = (has_bias and not model.family.multi_output
                               and not bool(self.theta.any()))
 
+    # -- resuming (a Trainer's checkpoint) -------------------------------------------
+    def state_dict(self) -> dict:
+        """What a fitter rebuilt from a checkpoint needs to follow the same iterates:
+        the accepted point in the fitter's dtype (the model holds it rounded to its
+        own, e.g. float32, so a fit resumed from the model's parameters alone would
+        leave the path in the last bits)."""
+        theta = self.theta if self.base_theta is None else self.base_theta
+        return {"theta": theta.detach().cpu()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` into a fitter made at the same accepted point: its
+        first pass re-evaluates that point exactly."""
+        if state.get("theta") is not None and state["theta"].shape == self.theta.shape:
+            self.theta = state["theta"].to(self.theta.device, self.dtype)
+            self.start_pending = self.start_pending and not bool(self.theta.any())
+
     # -- the pass hooks -------------------------------------------------------
     def pass_curvature(self) -> str | None:
         """What the next pass accumulates."""

@@ -315,7 +315,7 @@ class _Binary(Family):
     the logit, ``log_ndtr`` for the probit). ``V(mu) = mu (1 - mu)``.
     """
 
-    _closed_links = ("logit", "probit", "cloglog")
+    _closed_links = ("logit", "probit", "cloglog", "cauchit")
     has_saturated_model = True
 
     def _nll(self, eta, y):
@@ -374,7 +374,7 @@ class Bernoulli(_Binary):
 
     name = "bernoulli"
     canonical_link = "logit"
-    allowed_links = ("logit", "probit", "cloglog")
+    allowed_links = ("logit", "probit", "cloglog", "log", "cauchit")
     is_classifier = True
 
     def check_target(self, y, n_classes=None):
@@ -406,7 +406,7 @@ class Binomial(_Binary):
 
     name = "binomial"
     canonical_link = "logit"
-    allowed_links = ("logit", "probit", "cloglog", "log")
+    allowed_links = ("logit", "probit", "cloglog", "log", "cauchit")
     weight_is_trials = True
 
     @staticmethod
@@ -498,7 +498,7 @@ class Poisson(Family):
 
     name = "poisson"
     canonical_link = "log"
-    allowed_links = ("log", "identity")
+    allowed_links = ("log", "identity", "sqrt")
     _closed_links = ("log",)
     has_saturated_model = True
 

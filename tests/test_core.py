@@ -19,6 +19,8 @@ _ETA = {  # a grid inside each link's domain
     "log": torch.linspace(-3, 3, 13),
     "inverse": torch.linspace(0.2, 3, 13),
     "negative_reciprocal": torch.linspace(-3, -0.2, 13),
+    "sqrt": torch.linspace(0.2, 3, 13),
+    "cauchit": torch.linspace(-20, 20, 13),
 }
 SCALAR_LINKS = [n for n in LINKS if not LINKS[n].multi_output]
 
@@ -52,7 +54,7 @@ def test_softmax_jacobian():
 
 def test_invalid_link_for_family_lists_valid_ones():
     with pytest.raises(InputError, match=r"link for family 'bernoulli'.*logit.*probit"):
-        torchglm.get_family("bernoulli", "log")
+        torchglm.get_family("bernoulli", "inverse")
     with pytest.raises(InputError, match="family: expected one of"):
         torchglm.get_family("nope")
 

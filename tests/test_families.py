@@ -28,6 +28,8 @@ _ETA = {
     "cloglog": (-3.0, 1.0),
     "inverse": (0.3, 3.0),
     "negative_reciprocal": (-3.0, -0.3),
+    "sqrt": (0.5, 3.0),
+    "cauchit": (-3.0, 3.0),
 }
 _BINOMIAL_LOG = (-3.0, -0.2)
 
@@ -38,11 +40,13 @@ _SM_LINKS = {
     "probit": sm.families.links.Probit,
     "cloglog": sm.families.links.CLogLog,
     "inverse": sm.families.links.InversePower,
+    "sqrt": sm.families.links.Sqrt,
+    "cauchit": sm.families.links.Cauchy,
 }
 
 
 def _eta(family, link, n=40, seed=0):
-    lo, hi = _BINOMIAL_LOG if (family in ("binomial",) and link == "log") else _ETA[link]
+    lo, hi = _BINOMIAL_LOG if (family in ("binomial", "bernoulli") and link == "log") else _ETA[link]
     g = torch.Generator().manual_seed(seed)
     return lo + (hi - lo) * torch.rand(n, generator=g)
 

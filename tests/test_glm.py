@@ -195,7 +195,7 @@ def test_link_leaving_the_mean_domain_is_handled_by_the_line_search(family, link
 
 
 def test_invalid_pairing_in_the_model_lists_valid_links():
-    with pytest.raises(InputError, match=r"link for family 'poisson': expected one of \['log', 'identity'\]"):
+    with pytest.raises(InputError, match=r"link for family 'poisson': expected one of \['log', 'identity', 'sqrt'\]"):
         GeneralizedLinearModel(2, "poisson", link="logit")
     with pytest.raises(InputError, match="y: expected non-negative counts"):
         GeneralizedLinearModel(2, "poisson").fit(torch.zeros(2, 2), torch.tensor([1.0, -1.0]))

@@ -2,6 +2,7 @@
 each fitted by Newton and compared with statsmodels' GLM (IRLS, expected information)
 on data simulated where the MLE exists: params, bse, deviance, llf."""
 
+import math
 import warnings
 
 import numpy as np
@@ -19,6 +20,11 @@ L = sm.families.links
 CASES = {
     ("gaussian", "inverse"): (lambda: sm.families.Gaussian(L.InversePower()), (0.5, 1.5), {}),
     ("exponential", "identity"): (lambda: sm.families.Gamma(L.Identity()), (0.5, 3.0), {"scale": 1.0}),
+    ("poisson", "sqrt"): (lambda: sm.families.Poisson(L.Sqrt()), (1.0, 3.0), {}),
+    ("bernoulli", "log"): (lambda: sm.families.Binomial(L.Log()), (-2.5, -0.4), {}),
+    ("bernoulli", "cauchit"): (lambda: sm.families.Binomial(L.Cauchy()), (-2.0, 2.0), {}),
+    ("binomial", "cauchit"): (lambda: sm.families.Binomial(L.Cauchy()), (-2.0, 2.0), {}),
+    ("binomial", "log"): (lambda: sm.families.Binomial(L.Log()), (-2.5, -0.4), {}),
 }
 
 
@@ -75,3 +81,38 @@ def test_fit_matches_statsmodels(family, link):
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
     assert res.deviance == pytest.approx(float(r.deviance), rel=1e-8)
     assert res.llf == pytest.approx(float(r.llf), rel=1e-8)
+
+
+@pytest.mark.parametrize("name, lo, hi", [("sqrt", 0.2, 3.0), ("cauchit", -20.0, 20.0)])
+def test_new_links_roundtrip_and_derivative(name, lo, hi):
+    from torchglm.links import LINKS
+
+    link = LINKS[name]()
+    eta = torch.linspace(lo, hi, 41, dtype=torch.float64).requires_grad_(True)
+    mu = link.inverse(eta)
+    torch.testing.assert_close(link.link(mu.detach()), eta.detach(), rtol=1e-12, atol=1e-12)
+    (grad,) = torch.autograd.grad(mu.sum(), eta)
+    torch.testing.assert_close(link.inverse_derivative(eta.detach()), grad, rtol=1e-12, atol=0)
+    torch.testing.assert_close(link.log_inverse(eta.detach()), torch.log(mu.detach()), rtol=1e-12, atol=1e-14)
+
+
+def test_cauchit_tails_keep_relative_precision():
+    """1 - mu = atan2(1, eta)/pi ~ 1/(pi eta): at eta = 1e20 the naive 1 - (1/2 + atan/pi)
+    is all rounding error; log1m_inverse keeps it to 1e-14 (mpmath reference), and
+    log mu at -eta equals it by symmetry."""
+    import mpmath as mp
+
+    from torchglm.links import Cauchit
+
+    with mp.workdps(40):   # local: test_trust_inputs sets the global precision
+        link = Cauchit()
+        for e in (1e3, 1e10, 1e20, 1e200):
+            ref = float(mp.log(mp.atan(1 / mp.mpf(e)) / mp.pi))   # 1/2 - atan(e)/pi = atan(1/e)/pi, e > 0
+            eta = torch.tensor([e, -e], dtype=torch.float64)
+            got = link.log1m_inverse(eta[:1])
+            assert float(got) == pytest.approx(ref, rel=1e-14)
+            assert float(link.log_inverse(eta[1:])) == pytest.approx(ref, rel=1e-14)   # symmetry
+        # the naive form is useless there: 1/2 + atan/pi rounds next to 1 (-inf, or nats off)
+        naive = float(torch.log1p(-(0.5 + torch.atan(torch.tensor(1e20, dtype=torch.float64)) / math.pi)))
+        ref = float(mp.log(mp.atan(1 / mp.mpf(1e20)) / mp.pi))
+        assert not abs(naive - ref) < 1.0

@@ -57,6 +57,8 @@ def simulate(family, link, n=200, d=3, seed=0):
         theta = theta.abs() * 0.2 + 0.5
         if link == "negative_reciprocal" or (family == "binomial" and link == "log"):
             theta = -theta  # eta < 0: mu = -1/eta > 0, or mu = exp(eta) < 1
+    elif link == "log":
+        theta = -(theta.abs() * 0.2 + 0.5)  # Bernoulli log link: eta < 0, mu = exp(eta) < 1
     set_flat_parameters(m, theta)
     with torch.no_grad():
         mu = m.family.mean(m(x))

@@ -290,6 +290,8 @@ _MU = {
     "log": mp.exp,
     "inverse": lambda e: 1 / e,
     "negative_reciprocal": lambda e: -1 / e,
+    "sqrt": lambda e: e * e,
+    "cauchit": lambda e: mp.mpf(1) / 2 + mp.atan(e) / mp.pi,
 }
 
 
@@ -307,12 +309,15 @@ _LOG_MU = {
     "inverse": lambda e: -mp.log(e),
     "negative_reciprocal": lambda e: -mp.log(-e),
     "identity": mp.log,
+    "sqrt": lambda e: mp.log(e * e),
+    "cauchit": lambda e: mp.log(mp.mpf(1) / 2 + mp.atan(e) / mp.pi),
 }
 _LOG_1M_MU = {
     "logit": lambda e: -mp.log1p(mp.exp(e)),
     "probit": lambda e: mp.log(mp.erfc(e / _SQRT2) / 2),
     "cloglog": lambda e: -mp.exp(e),
     "log": lambda e: mp.log(-mp.expm1(e)),
+    "cauchit": lambda e: mp.log(mp.mpf(1) / 2 - mp.atan(e) / mp.pi),
 }
 
 
@@ -337,8 +342,10 @@ def _in_domain(family, link, e):
         return e != 0  # any real mean 1/eta
     if link == "inverse" or (link == "identity" and family in ("poisson", "gamma", "exponential")):
         return e > 0
-    if link == "negative_reciprocal" or (family == "binomial" and link == "log"):
+    if link == "negative_reciprocal" or (family in ("bernoulli", "binomial") and link == "log"):
         return e < 0
+    if link == "sqrt":
+        return e != 0  # mu = eta^2 > 0
     return True
 
 

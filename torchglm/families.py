@@ -316,7 +316,7 @@ class _Binary(Family):
     the logit, ``log_ndtr`` for the probit). ``V(mu) = mu (1 - mu)``.
     """
 
-    _closed_links = ("logit", "probit", "cloglog")
+    _closed_links = ("logit", "probit", "cloglog", "cauchit")
     has_saturated_model = True
 
     def _nll(self, eta, y):
@@ -370,12 +370,13 @@ class _Binary(Family):
 class Bernoulli(_Binary):
     """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (logistic / probit regression, seed 000).
 
-    Canonical link: logit (``theta = log(pi / (1 - pi))``, seed 000).
+    Canonical link: logit (``theta = log(pi / (1 - pi))``, seed 000); also probit,
+    cloglog, cauchit and log (``eta < 0``), R's ``binomial()`` links.
     """
 
     name = "bernoulli"
     canonical_link = "logit"
-    allowed_links = ("logit", "probit", "cloglog")
+    allowed_links = ("logit", "probit", "cloglog", "log", "cauchit")
     is_classifier = True
 
     def check_target(self, y, n_classes=None):
@@ -401,13 +402,13 @@ class Binomial(_Binary):
     weight here counts trials, not duplicated rows: BIC and ``df_resid`` count
     rows.
 
-    Canonical link: logit; also probit, cloglog and log (the log link keeps
+    Canonical link: logit; also probit, cloglog, cauchit and log (the log link keeps
     ``mu = e^eta < 1`` only for ``eta < 0``: outside, the NLL is ``+inf``).
     """
 
     name = "binomial"
     canonical_link = "logit"
-    allowed_links = ("logit", "probit", "cloglog", "log")
+    allowed_links = ("logit", "probit", "cloglog", "log", "cauchit")
     weight_is_trials = True
 
     @staticmethod
@@ -489,7 +490,8 @@ class Poisson(Family):
     """Counts ``y in {0, 1, ...}``, ``p(y|x) = lambda^y e^{-lambda} / y!`` (seed 000).
 
     Canonical link: log (``theta = log lambda``); also identity (``mu = eta``,
-    which needs ``eta > 0``; outside, the NLL is ``+inf``). ``V(mu) = mu``,
+    which needs ``eta > 0``; outside, the NLL is ``+inf``) and sqrt (``mu = eta^2``,
+    ``eta != 0``). ``V(mu) = mu``,
     ``nll = mu - y log mu + lgamma(y + 1)``,
     ``d(y, mu) = 2 (y log(y / mu) - (y - mu))``. Non-integer non-negative
     targets (rates) are accepted, as in scikit-learn and statsmodels: the NLL is
@@ -499,7 +501,7 @@ class Poisson(Family):
 
     name = "poisson"
     canonical_link = "log"
-    allowed_links = ("log", "identity")
+    allowed_links = ("log", "identity", "sqrt")
     _closed_links = ("log",)
     has_saturated_model = True
 

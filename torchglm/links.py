@@ -30,6 +30,8 @@ __all__ = [
     "Inverse",
     "NegativeReciprocal",
     "Softmax",
+    "Sqrt",
+    "Cauchit",
     "LINKS",
     "get_link",
 ]
@@ -457,10 +459,63 @@ class Softmax(Link):
         return torch.log_softmax(eta, dim=-1)
 
 
+class Sqrt(Link):
+    """``mu = eta^2``, ``eta = sqrt(mu)`` (R's ``poisson(link = "sqrt")``; statsmodels'
+    ``Power(0.5)``): the variance-stabilizing link of the Poisson.
+
+    As in statsmodels the inverse is ``eta^2`` on the whole real line (R's
+    ``valideta`` also refuses ``eta <= 0``); ``eta = 0`` gives ``mu = 0``, outside the
+    Poisson mean domain, so a fit stays on the side of 0 it starts on (the
+    intercept-only start ``sqrt(ybar) > 0``). ``log mu = 2 log|eta|`` directly.
+    """
+
+    name = "sqrt"
+
+    def link(self, mu):
+        return torch.sqrt(mu)
+
+    def inverse(self, eta):
+        return eta * eta
+
+    def inverse_derivative(self, eta):
+        return 2 * eta
+
+    def log_inverse(self, eta):
+        return 2 * torch.log(torch.abs(eta))
+
+
+class Cauchit(Link):
+    """``mu = 1/2 + arctan(eta) / pi``, the Cauchy CDF (R's ``binomial(link = "cauchit")``,
+    statsmodels' ``Cauchy``): a binary link with heavy tails, ``1 - mu ~ 1 / (pi eta)``.
+
+    Both tails keep full relative precision through ``atan2``:
+    ``mu = atan2(1, -eta) / pi`` and ``1 - mu = atan2(1, eta) / pi`` (no ``1/2 - 1/2``
+    cancellation), so ``log mu`` and ``log(1 - mu)`` are finite for every finite eta.
+    ``d mu / d eta = 1 / (pi (1 + eta^2))``.
+    """
+
+    name = "cauchit"
+
+    def link(self, mu):
+        return torch.tan(math.pi * (mu - 0.5))
+
+    def inverse(self, eta):
+        return torch.atan2(torch.ones_like(eta), -eta) / math.pi
+
+    def inverse_derivative(self, eta):
+        return 1.0 / (math.pi * (1.0 + eta * eta))
+
+    def log_inverse(self, eta):
+        return torch.log(torch.atan2(torch.ones_like(eta), -eta)) - math.log(math.pi)
+
+    def log1m_inverse(self, eta):
+        return torch.log(torch.atan2(torch.ones_like(eta), eta)) - math.log(math.pi)
+
+
 #: Registry of link names to classes.
 LINKS: dict[str, type[Link]] = {
     cls.name: cls
-    for cls in (Identity, Logit, Probit, CLogLog, Log, Inverse, NegativeReciprocal, Softmax)
+    for cls in (Identity, Logit, Probit, CLogLog, Log, Inverse, NegativeReciprocal, Softmax, Sqrt, Cauchit)
 }
 
 

@@ -33,6 +33,9 @@ ETA_RANGE: dict[tuple[str, str] | str, tuple[float, float]] = {
     ("poisson", "identity"): (3.0, 1.5),
     ("gamma", "identity"): (2.0, 1.0),
     ("binomial", "log"): (-1.5, 0.5),
+    ("bernoulli", "log"): (-1.5, 0.5),
+    "sqrt": (2.0, 1.0),
+    "cauchit": (0.0, 1.5),
 }
 
 

@@ -37,7 +37,7 @@ def run_dir(tmp_path_factory):
 def test_report_table_and_metrics(run_dir):
     report = json.loads((run_dir / "bayes.json").read_text())
     metrics = json.loads((run_dir / "metrics.json").read_text())
-    assert set(report["test"]) == {"MAP", "Laplace", "MCMC"}
+    assert set(report["test"]) == {"MAP", "Laplace", "Variational", "MCMC"}
     for row in report["test"].values():
         assert set(row) == {"nll", "accuracy", "ece"}
     # the MAP row is the trained model's own test NLL and accuracy (an independent evaluation)
@@ -84,7 +84,7 @@ def test_tensorboard_has_table_and_curves(run_dir):
         acc.Reload()
         for k in tags:
             tags[k] += acc.Tags()[k]
-    for name in ("MAP", "Laplace", "MCMC"):
+    for name in ("MAP", "Laplace", "Variational", "MCMC"):
         assert f"bayes/test_{name}/ece" in tags["scalars"]
     assert "bayes/lambda_curve/evidence/log_evidence" in tags["scalars"]
     assert "bayes/lambda_curves" in tags["images"]

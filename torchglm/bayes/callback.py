@@ -42,7 +42,7 @@ from .predictive import predictive
 from .prior import GaussianPrior
 from .sampling import PosteriorSamples, sample_posterior
 from .selection import LambdaCurve, evidence_curve, validation_curve
-from .variational import VariationalPosterior, variational_posterior
+from .variational import VariationalPosterior, has_jj_bound, variational_posterior
 
 __all__ = ["BayesianEvaluation"]
 
@@ -62,7 +62,8 @@ class BayesianEvaluation(pl.Callback):
         ece_bins: bins of the expected calibration error.
         seed: seed of the samplers.
         variational: also fit the Jaakkola-Jordan variational posterior under the same
-            prior (logistic regression only) and add its predictive to the table.
+            prior and add its predictive to the table (logistic regression only; other
+            models skip the row with a note).
 
     Example (in a ``train.py`` config)::
 
@@ -175,7 +176,11 @@ class BayesianEvaluation(pl.Callback):
         start = time.perf_counter()
         self.laplace = laplace_posterior(model, train, prior, fit=False)
         self.wall_s["Laplace"] = time.perf_counter() - start   # at the MAP: one Hessian pass
-        if self.variational:
+        if self.variational and not has_jj_bound(model):
+            print(f"BayesianEvaluation: no variational row: the Jaakkola-Jordan bound is for "
+                  f"logistic regression, not {model.family.name}/{model.family.link.name}",
+                  file=sys.stderr, flush=True)
+        elif self.variational:
             start = time.perf_counter()
             self.vb = variational_posterior(model, train, prior)
             self.wall_s["Variational"] = time.perf_counter() - start

@@ -51,7 +51,7 @@ from ..solvers.base import FitResult, Fitter, all_reduce_sum, run_passes
 from ._layout import GaussianDraws, as_batches, check_model, n_bias, n_weights
 from .prior import GaussianPrior
 
-__all__ = ["VariationalPosterior", "jj_lambda", "local_xi", "variational_posterior"]
+__all__ = ["VariationalPosterior", "has_jj_bound", "jj_lambda", "local_xi", "variational_posterior"]
 
 
 def jj_lambda(xi: torch.Tensor) -> torch.Tensor:
@@ -222,6 +222,13 @@ class _JaakkolaJordan(Fitter):
         return self.done
 
 
+def has_jj_bound(model) -> bool:
+    """Whether the Jaakkola-Jordan bound applies: a logistic regression (Bernoulli
+    family, logit link; one output)."""
+    fam = model.family
+    return not fam.multi_output and fam.name == "bernoulli" and fam.link.eta_is_log_odds
+
+
 def variational_posterior(model, data, prior: GaussianPrior | None = None, optimize_prior: bool = False,
                           tol: float = 1e-9, max_iter: int = 1000) -> VariationalPosterior:
     """Jaakkola-Jordan variational posterior ``q(theta) = N(m, S)`` of a logistic
@@ -255,7 +262,7 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
         >>> pred = predictive(model, q, x_test)      # probit approximation, as for Laplace
     """
     check_model(model)
-    if model.family.multi_output or model.family.name != "bernoulli" or model.family.link.name != "logit":
+    if not has_jj_bound(model):
         raise fail("model", "a logistic regression (bernoulli family, logit link) for the "
                    "Jaakkola-Jordan bound", f"{model.family.name} with the '{model.family.link.name}' link")
     check_positive("tol", tol)

@@ -16,7 +16,7 @@ one function in :data:`FIGURES` that fits the models it shows, writes
   ``||w||`` to infinity and the sigmoid to a step, L2 keeps it finite (seed 004);
 * ``solver_convergence`` gradient descent, Newton and IRLS on one logistic problem:
   the objective gap per iteration on a log scale (seeds 000, 002, 003);
-* ``bayes_predictive``   MAP against the Laplace predictive far from the data
+* ``bayes_predictive``   MAP against the Laplace, variational and MCMC predictives far from the data
   (seed 000, "Bayesian logistic regression").
 
 ``--quick`` shrinks data and iteration budgets so the whole set runs in seconds
@@ -37,7 +37,8 @@ import torch
 from . import plotting
 from ._validation import ConvergenceWarning, fail
 from .basis import GaussianRBF
-from .bayes import GaussianPrior, laplace_posterior, predictive
+from .bayes import GaussianPrior, laplace_posterior, predictive, sample_posterior
+from .bayes.variational import variational_posterior
 from .data.batches import TensorBatches
 from .data.datasets import gaussian_classes, load_dataset, moons, xor
 from .models import LogisticRegression
@@ -342,14 +343,16 @@ def solver_convergence(out: str, quick: bool = False) -> dict:
 
 # -- 6. MAP vs the Bayesian predictive far from the data -------------------------------------------
 
-class _LaplacePredictive:
-    """``predict_proba`` = the Laplace predictive ``sigma(kappa(sigma_a^2) mu_a)``."""
+class _BayesPredictive:
+    """``predict_proba`` = the posterior predictive ``p(C_1|x, D)``: the probit
+    approximation ``sigma(kappa(sigma_a^2) mu_a)`` for a Gaussian posterior (Laplace,
+    variational), the average over the draws for MCMC."""
 
     def __init__(self, model, posterior):
         self.model, self.posterior = model, posterior
 
     def predict_proba(self, x: torch.Tensor) -> torch.Tensor:
-        return predictive(self.model, self.posterior, x, method="probit").proba
+        return predictive(self.model, self.posterior, x).proba
 
 
 def bayes_predictive(out: str, quick: bool = False) -> dict:
@@ -369,8 +372,17 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
                           covariances=[[[0.6, 0.0], [0.0, 0.6]]] * 2, seed=3)
     x, y = _tensors(ds)
     model = LogisticRegression(2)
-    post = laplace_posterior(model, (x, y), GaussianPrior(variance=4.0, bias_variance=4.0))
-    bayes = _LaplacePredictive(model, post)
+    prior = GaussianPrior(variance=4.0, bias_variance=4.0)
+    post = laplace_posterior(model, (x, y), prior)
+    bayes = _BayesPredictive(model, post)
+    # The other two ways to the predictive (seed 000, "Predictive distribution
+    # intractability"): the Jaakkola-Jordan variational Gaussian and NUTS draws.
+    others = {
+        "variational": _BayesPredictive(model, variational_posterior(model, (x, y), prior)),
+        "MCMC": _BayesPredictive(model, sample_posterior(
+            model, (x, y), post, num_chains=2, num_samples=100 if quick else 500,
+            warmup_steps=100 if quick else 300)),
+    }
     limits = (-10.0, 10.0, -10.0, 10.0)
     res = 80 if quick else 250
     levels = (0.1, 0.3, 0.5, 0.7, 0.9)
@@ -393,11 +405,16 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
                 label="MAP (the same on both lines)")
         for offset, ls, where in ((0.0, "-", "through the data"), (8.0, "--", "8 along the boundary")):
             pts = centre + offset * along + s[:, None] * normal
-            ax.plot(s, bayes.predict_proba(pts), c="k", ls=ls, label=f"Bayes, {where}")
+            ax.plot(s, bayes.predict_proba(pts), c="k", ls=ls, label=f"Laplace, {where}")
+            for (name, pred), colour in zip(others.items(), ("tab:blue", "tab:green")):
+                ax.plot(s, pred.predict_proba(pts), c=colour, ls=ls, lw=1,
+                        label=f"{name}, {where}")
         far = centre + 8.0 * along + 2.0 * normal
         near = centre + 2.0 * normal
         p_far = float(bayes.predict_proba(far[None])[0])
         p_near = float(bayes.predict_proba(near[None])[0])
+        p_others = {name: (float(pred.predict_proba(near[None])[0]), float(pred.predict_proba(far[None])[0]))
+                    for name, pred in others.items()}
         p_map = float(model.predict_proba(far[None])[0])
     ax.set_xlabel("signed distance from the MAP boundary")
     ax.set_ylabel(r"$p(C_1\,|\,x)$")
@@ -406,8 +423,12 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     ax.set_title("slices across the boundary")
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "bayes_predictive.png"))
-    return {"png": path, "map_at_distance_2": p_map, "bayes_at_distance_2_near_data": p_near,
-            "bayes_at_distance_2_far_along_boundary": p_far}
+    out = {"png": path, "map_at_distance_2": p_map, "bayes_at_distance_2_near_data": p_near,
+           "bayes_at_distance_2_far_along_boundary": p_far}
+    for name, (near_p, far_p) in p_others.items():
+        out[f"{name}_at_distance_2_near_data"] = near_p
+        out[f"{name}_at_distance_2_far_along_boundary"] = far_p
+    return out
 
 
 FIGURES: dict[str, Callable[[str, bool], dict]] = {

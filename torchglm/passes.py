@@ -14,8 +14,8 @@ use it); :mod:`torchglm.solvers.base` re-exports it under its former name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -23,7 +23,104 @@ import torch.distributed as dist
 if TYPE_CHECKING:  # annotations only: the contract sits below data/ in the layers
     from .data.batches import Batch
 
-__all__ = ["FitResult", "Fitter", "all_reduce_sum", "run_passes"]
+__all__ = ["FitExtra", "FitResult", "Fitter", "all_reduce_sum", "run_passes"]
+
+
+@dataclass
+class FitExtra:
+    """The solver-specific part of a :class:`FitResult`: the known entries as typed
+    fields (``None``: not reported by this fit), any other entry in ``other``.
+
+    It also reads and writes like the dict it replaces (``extra["hessian"]``,
+    ``extra.get("separation")``, ``"start" in extra``, ``update``, ``setdefault``),
+    and :func:`dataclasses.asdict` turns it into plain dicts (checkpoints).
+
+    Attributes:
+        loss: the final objective ``E`` (weighted mean NLL + penalty).
+        grad: its gradient at the returned parameters.
+        hessian: its Hessian there (Newton-type solvers), ``None`` when not formed.
+        passes: passes over the data.
+        dtype: the working dtype of the (last) stage, e.g. ``"torch.float64"``.
+        stages: the dtypes of a float32 fit and its float64 polish.
+        separation: the separation record (direction, coefficients, kind).
+        start: how the start was chosen when not the given parameters.
+        first_order_stop: why a first-order phase handed over to Newton-type steps.
+        finish_steps: the Newton-type steps after it.
+        solver_choice: ``"auto"`` or ``"user"``.
+        numerical_warnings: the numerical notes of the fit (name -> count or text).
+        cg_iterations: conjugate-gradient iterations per Newton-CG step.
+        other: every other entry (e.g. ``n_samples`` of a closed-form fit).
+    """
+
+    loss: float | None = None
+    grad: torch.Tensor | None = None
+    hessian: torch.Tensor | None = None
+    passes: int | None = None
+    dtype: str | None = None
+    stages: list | None = None
+    separation: dict | None = None
+    start: str | None = None
+    first_order_stop: str | None = None
+    finish_steps: int | None = None
+    solver_choice: str | None = None
+    numerical_warnings: dict | None = None
+    cg_iterations: list | None = None
+    other: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, entries: dict[str, Any]) -> "FitExtra":
+        """From the old dict form, or :func:`dataclasses.asdict`'s (with ``other``)."""
+        extra = cls()
+        entries = dict(entries)
+        other = entries.pop("other", None)
+        if isinstance(other, dict):
+            entries = {**other, **entries}
+        elif other is not None:
+            entries["other"] = other
+        extra.update(entries)
+        return extra
+
+    # -- the dict interface it replaces ------------------------------------------
+    def __getitem__(self, key: str) -> Any:
+        if key in _KNOWN:
+            return getattr(self, key)
+        return self.other[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key in _KNOWN:
+            setattr(self, key, value)
+        else:
+            self.other[key] = value
+
+    def __contains__(self, key: object) -> bool:
+        return getattr(self, key) is not None if key in _KNOWN else key in self.other
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def keys(self) -> list[str]:
+        return [k for k in _KNOWN if getattr(self, k) is not None] + list(self.other)
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(k, self[k]) for k in self.keys()]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def setdefault(self, key: str, default: Any = None) -> Any:
+        if key not in self:
+            self[key] = default
+        return self[key]
+
+    def update(self, *args, **kwargs) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+
+_KNOWN = tuple(f.name for f in fields(FitExtra) if f.name != "other")
 
 
 @dataclass
@@ -37,7 +134,8 @@ class FitResult:
         n_iter: number of steps (or passes, for closed-form fits) taken.
         history: one dict per iteration (``loss``, ``grad_norm``, ...).
         message: why the fit stopped.
-        extra: solver-specific results (e.g. the final Hessian).
+        extra: solver-specific results (e.g. the final Hessian): a :class:`FitExtra`
+            (a dict given here, as from a checkpoint, is converted).
     """
 
     solver: str
@@ -45,7 +143,11 @@ class FitResult:
     n_iter: int = 0
     history: list[dict[str, float]] = field(default_factory=list)
     message: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: FitExtra = field(default_factory=FitExtra)
+
+    def __post_init__(self):
+        if not isinstance(self.extra, FitExtra):
+            self.extra = FitExtra.from_dict(self.extra or {})
 
     def summary(self) -> str:
         """A convergence table: one row per history entry, then the verdict."""

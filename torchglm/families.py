@@ -102,6 +102,11 @@ class Family:
     def is_canonical(self) -> bool:
         return self.link.name == self.canonical_link
 
+    def mle_dispersion(self, pearson: float, nobs: float) -> float | None:
+        """The maximum-likelihood dispersion from the Pearson sum, where it has that
+        closed form (``RSS / n`` for the Gaussian, every link); ``None`` otherwise."""
+        return None
+
     @property
     def least_squares(self) -> bool:
         """True when the NLL is least squares in the mean of a linear predictor
@@ -280,6 +285,9 @@ class Gaussian(Family):
     has_dispersion = True
     _closed_links = ("identity", "log")
     has_saturated_model = True
+
+    def mle_dispersion(self, pearson, nobs):
+        return pearson / nobs  # V(mu) = 1: the Pearson sum is the RSS
 
     def _nll(self, eta, y):
         r = y - self.mean(eta)

@@ -108,6 +108,7 @@ def glm_results(
         df_resid=float(est.df_resid),
         scale=float(fs.scale),
         llf=fs.llf,
+        llf_mle=est.llf_mle,
         llnull=fs.llnull,
         deviance=fs.deviance,
         null_deviance=fs.null_deviance,
@@ -170,6 +171,7 @@ class _Estimate(NamedTuple):
     rank: int
     df_model: float
     df_resid: float
+    llf_mle: float  # the log-likelihood at the dispersion's MLE (R's logLik)
 
 
 def _estimate(model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float) -> _Estimate:
@@ -191,8 +193,13 @@ def _estimate(model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float
                          llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)))
     cov = fs.scale * (J @ ident.inverse @ J.T)
     bse, statistic, pvalues, conf_int = _wald(params, cov, unident, use_t, df_resid, alpha)
+    # R's logLik: the dispersion at its MLE (RSS / n for the Gaussian, every link);
+    # statsmodels' llf uses the Pearson scale except for the Gaussian identity link.
+    phi = model.family.mle_dispersion(fs.pearson, fs.nobs) if fs.scale_from_pearson else None
+    llf_mle = fs.llf if phi is None or fs.concentrated else float(
+        _log_likelihood(model, batches, dtype, phi))
     return _Estimate(fs, ident, J, params, cov, bse, statistic, pvalues, conf_int, unident, rank,
-                     df_model, df_resid)
+                     df_model, df_resid, llf_mle)
 
 
 def _notes(model, fs: _FitStats, est: _Estimate, unidentified, diverging, fit_result) -> list[str]:

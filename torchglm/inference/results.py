@@ -39,9 +39,14 @@ class GLMResults:
         df_model: ``rank - 1`` (``rank - (K - 1)`` for softmax); df_resid:
             ``nobs - rank`` (statsmodels).
         scale: dispersion ``phi`` (Pearson ``X^2 / df_resid`` or 1).
-        llf: log-likelihood; for the Gaussian with the identity link at the
-            MLE ``phi = RSS / nobs`` (the concentrated likelihood), otherwise at
-            ``scale`` (statsmodels' ``llf``).
+        llf: log-likelihood as statsmodels' ``llf``: for the Gaussian with the
+            identity link at the MLE ``phi = RSS / nobs`` (the concentrated
+            likelihood), otherwise at ``scale`` (the Pearson estimate for the
+            Gaussian's other links and the Gamma). AIC and BIC use it.
+        llf_mle: log-likelihood at the dispersion's maximum-likelihood estimate, as R's
+            ``logLik``: ``phi = RSS / nobs`` for the Gaussian with every link (equal to
+            ``llf`` for the identity link and for families without a dispersion; for
+            the Gamma, whose MLE of ``phi`` has no closed form, ``llf``).
         llnull: log-likelihood of the intercept-only model at ``scale``.
         deviance, null_deviance: ``sum_i s_i d(y_i, mu_i)`` for the fit and for
             the intercept-only model (refitted with the offsets, if any).
@@ -77,6 +82,7 @@ class GLMResults:
     df_resid: float
     scale: float
     llf: float
+    llf_mle: float
     llnull: float
     deviance: float
     null_deviance: float
@@ -171,7 +177,7 @@ class GLMResults:
             "df_model": self.df_model,
             "df_resid": self.df_resid,
         }
-        for k in ("scale", "llf", "llnull", "deviance", "null_deviance", "pearson_chi2", "aic", "bic",
+        for k in ("scale", "llf", "llf_mle", "llnull", "deviance", "null_deviance", "pearson_chi2", "aic", "bic",
                   "explained_deviance"):
             out[k] = _num(getattr(self, k))
         out.update(

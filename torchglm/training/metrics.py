@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..families import Family
 from torchmetrics import MeanAbsoluteError, MeanMetric, MeanSquaredError, Metric, R2Score
 from torchmetrics.classification import (
     BinaryAccuracy,
@@ -46,7 +45,7 @@ class GLMMetrics(nn.Module):
         self.family = family
         # NaN propagates (a diverged fit must show as NaN, not be silently dropped).
         self.nll = MeanMetric(nan_strategy="disable")
-        has_saturated = type(family).saturated_nll is not Family.saturated_nll
+        has_saturated = family.has_saturated_model
         self.deviance = MeanMetric(nan_strategy="disable") if has_saturated else None
         self.on_mu = nn.ModuleDict()
         if family.is_classifier and family.multi_output:

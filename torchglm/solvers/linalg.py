@@ -133,7 +133,7 @@ def jacobi_inverse(diag: torch.Tensor) -> torch.Tensor:
 
 
 def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
-             max_iter: int | None = None, precondition=None):
+             max_iter: int | None = None, precondition=None, floor: float = 0.0):
     """Truncated, preconditioned conjugate gradients for ``H x = -g``.
 
     ``H`` is reached only through ``hvp(v) = H v``. The preconditioner ``P`` is
@@ -141,8 +141,8 @@ def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
     P v`` for another symmetric positive definite ``P`` that transforms like ``H^{-1}``
     under column scaling (an L-BFGS inverse Hessian started from the Jacobi one).
     Residuals are measured in the scale-invariant norm ``||r||_P = sqrt(r^T P r)``;
-    CG stops at
-    ``||r||_P <= min(forcing, sqrt(||g||_P)) ||g||_P`` (Nocedal & Wright 7.1), at
+    CG stops at ``||r||_P <= max(floor, min(forcing, sqrt(||g||_P)) ||g||_P)``
+    (Nocedal & Wright 7.1; ``floor``: no more accuracy than the caller can use), at
     ``max_iter`` products, or on non-positive curvature.
 
     Returns:
@@ -158,7 +158,7 @@ def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
     # Beyond p products only in finite precision (ill-conditioned H), so 2p, capped.
     max_iter = min(max(2 * g.numel(), 50), 500) if max_iter is None else max_iter
     gnorm = math.sqrt(max(float(g @ precondition(g)), 0.0))
-    target = min(forcing, math.sqrt(gnorm)) * gnorm
+    target = max(min(forcing, math.sqrt(gnorm)) * gnorm, floor)
     x = torch.zeros_like(g)
     r = -g
     z = precondition(r)

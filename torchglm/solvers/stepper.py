@@ -448,8 +448,14 @@ class StepFitter(Fitter):
     def cg_step(self, s: PassSums, max_cg: int | None = None):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`)."""
         self.cg_direction = True
+        # A first-order fit's finish (preconditioned by its L-BFGS pairs) solves no
+        # more accurately than the decrement test can see: ||r||_P^2 <= tol max(1,|E|) / 100
+        # (the decrement's error r^T H^-1 r where the preconditioned curvature is O(1));
+        # superlinear forcing alone asks for ever smaller residuals. Newton-CG's own
+        # steps keep the forcing: on an ill-conditioned Hessian a floored solve stalls.
+        floor = math.sqrt(0.01 * self.tol * max(1.0, abs(float(s.loss)))) if self.finishing else 0.0
         x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg,
-                                             precondition=self.cg_preconditioner(s))
+                                             precondition=self.cg_preconditioner(s), floor=floor)
         self.result.extra.setdefault("cg_iterations", []).append(n_cg)
         x = self.remove_shift(x)
         return x, float(-(s.grad @ x))

@@ -13,7 +13,8 @@ own (unpenalized) problem and their objective gap on ours is reported.
     python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
     python bench/newton.py --threads 1   # one thread everywhere (a shared, loaded machine)
     python bench/newton.py --methods torchglm --out /tmp/after.json   # torchglm only
-    PYTHONPATH=/path/to/old/checkout python bench/newton.py --methods torchglm --out /tmp/before.json
+    python bench/newton.py --torchglm /path/to/old/checkout --methods torchglm --out /tmp/before.json
+    git worktree add /tmp/before 5ac7e1c && python bench/newton.py --torchglm /tmp/before ...
 
 Writes bench/results/newton.json and prints a table per problem with the ratio
 of each method's time to the fastest peer (a library other than torchglm).
@@ -274,10 +275,19 @@ def main():
     ap.add_argument("--repeats", type=int, default=None,
                     help="runs per setting, the minimum time is kept (default 3 quick, 1 full)")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
+    ap.add_argument("--torchglm", default=None, metavar="CHECKOUT",
+                    help="import torchglm from this checkout (another commit), even where this one "
+                         "is installed in editable mode: before/after runs")
     ap.add_argument("--threads", type=int, default=None,
                     help="limit torch and BLAS (threadpoolctl) threads, e.g. 1 on a shared machine")
     args = ap.parse_args()
     args.repeats = args.repeats or (3 if args.quick else 1)
+    if args.torchglm:
+        import sys
+
+        # An editable install's import hook would win over sys.path: drop it.
+        sys.meta_path = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+        sys.path.insert(0, os.path.abspath(args.torchglm))
     if args.threads:
         from threadpoolctl import threadpool_limits
 

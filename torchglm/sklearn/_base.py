@@ -141,3 +141,18 @@ class LabelEncoding:
 
     def _decode(self, index: torch.Tensor) -> np.ndarray:
         return self.classes_[to_numpy(index)]
+
+
+class LogProbaOutputs:
+    """Classifier mixin: ``predict_log_proba`` and ``predict_proba`` from the
+    estimator's ``_log_proba(X)`` (n, K) tensor, columns in the order of ``classes_``."""
+
+    def predict_log_proba(self, X) -> np.ndarray:
+        """``log p(C_k | x)`` (n, K) (see :func:`log_proba_output`)."""
+        check_is_fitted(self)
+        return log_proba_output(self._log_proba(X))
+
+    def predict_proba(self, X) -> np.ndarray:
+        """Class probabilities (n, K), columns in the order of ``classes_``."""
+        check_is_fitted(self)
+        return to_numpy(self._log_proba(X).exp())

@@ -14,12 +14,12 @@ from sklearn.utils.validation import check_is_fitted
 from .._validation import check_positive
 from ..models.glm import LogisticRegression as _Logistic
 from ..models.glm import SoftmaxRegression
-from ._base import LabelEncoding, TorchEstimator, log_proba_output, to_numpy
+from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, to_numpy
 
 __all__ = ["BayesianLogisticRegression"]
 
 
-class BayesianLogisticRegression(LabelEncoding, ClassifierMixin, TorchEstimator):
+class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin, TorchEstimator):
     """Logistic (two classes) or softmax (more) regression with the prior
     ``w ~ N(0, prior_variance I)``, fitted at the MAP and predicting with the Laplace
     posterior ``N(theta*, H^{-1})`` (seed 000, "Bayesian logistic regression").
@@ -117,15 +117,6 @@ class BayesianLogisticRegression(LabelEncoding, ClassifierMixin, TorchEstimator)
         check_is_fitted(self)
         lp = self._log_proba(X)
         return to_numpy(lp[:, 1] - lp[:, 0] if lp.shape[1] == 2 else lp)
-
-    def predict_log_proba(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        return log_proba_output(self._log_proba(X))
-
-    def predict_proba(self, X) -> np.ndarray:
-        """The posterior predictive ``p(C_k | x, D)`` (n, K)."""
-        check_is_fitted(self)
-        return to_numpy(self._log_proba(X).exp())
 
     def predict(self, X) -> np.ndarray:
         check_is_fitted(self)

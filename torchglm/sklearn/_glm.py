@@ -26,7 +26,7 @@ from ..families import get_family
 from ..inference import GLMResults, glm_results
 from ..models.glm import GeneralizedLinearModel, SoftmaxRegression
 from ..models.glm import LogisticRegression as _Logistic
-from ._base import LabelEncoding, TorchEstimator, log_proba_output, to_numpy
+from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, to_numpy
 
 __all__ = ["GLMClassifier", "GLMRegressor", "LogisticRegression", "ProbitRegression"]
 
@@ -92,7 +92,7 @@ class _GLMEstimator(TorchEstimator):
         return self.glm_results(X, y, sample_weight, **kwargs).summary()
 
 
-class GLMClassifier(LabelEncoding, ClassifierMixin, _GLMEstimator):
+class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimator):
     """Binary classification with a Bernoulli GLM and any of its links.
 
     ``p(y = classes_[1] | x) = g^{-1}(w^T x + b)`` with ``g`` the ``link``
@@ -197,16 +197,6 @@ class GLMClassifier(LabelEncoding, ClassifierMixin, _GLMEstimator):
             return to_numpy(self.model_.predict_eta(self._predict_input(X)))
         lp = self._log_proba(X)
         return to_numpy(lp[:, 1] - lp[:, 0])
-
-    def predict_log_proba(self, X) -> np.ndarray:
-        """``log p(C_k | x)`` (n, K) from ``eta`` (see :func:`._base.log_proba_output`)."""
-        check_is_fitted(self)
-        return log_proba_output(self._log_proba(X))
-
-    def predict_proba(self, X) -> np.ndarray:
-        """Class probabilities (n, K), columns in the order of ``classes_``."""
-        check_is_fitted(self)
-        return to_numpy(self._log_proba(X).exp())
 
     def predict(self, X) -> np.ndarray:
         check_is_fitted(self)

@@ -16,7 +16,7 @@ from .._validation import fail, feature_names_of
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
 from .derivatives import hessian_cost
-from .stepper import NEWTON_MAX_COST
+from .stepper import NEWTON_MAX_COST, StepFitter
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
 from .least_squares import QRFitter
@@ -166,7 +166,15 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
                 and issubclass(cls, NewtonFitter)):
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
             extra["fixed_hessian"] = result.extra["hessian"]
-        fitter = cls(model, max_iter=max_iter, dtype=dt, **options, **extra)
+        stage_options = dict(options)
+        if dt != stages[-1] and issubclass(cls, NewtonFitter):
+            # A lower-precision stage followed by the float64 polish stops at its own
+            # resolution, lambda^2 <= 10 eps(dt) max(1, |E|): its E rounds at eps(dt), so a
+            # tighter test there only adds Hessian passes; the polish (gradient passes with
+            # this stage's Hessian) then meets the caller's tolerance in float64.
+            tol = stage_options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
+            stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
+        fitter = cls(model, max_iter=max_iter, dtype=dt, **stage_options, **extra)
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y
         ws = None if weight is None else weight.to(dt)

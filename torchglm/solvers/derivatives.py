@@ -437,14 +437,14 @@ def _fused_rows(x: torch.Tensor) -> int | None:
     ``None`` for one piece: sparse, on an accelerator, or small enough for cache."""
     if x.is_sparse or x.device.type != "cpu" or x.numel() * x.element_size() <= 2**23:
         return None
-    return max(256, 2**19 // x.shape[1])
+    return _chunk_rows(x, x.shape[1], cpu_budget=2**19)
 
 
-def _chunk_rows(x: torch.Tensor, width: int) -> int:
-    """Rows per chunk for products over ``width`` columns: about 2^16 elements on a
-    CPU (the chunk and its products stay in cache), 2^26 on an accelerator (few,
-    large kernels)."""
-    budget = 2**16 if x.device.type == "cpu" else 2**26
+def _chunk_rows(x: torch.Tensor, width: int, cpu_budget: int = 2**16) -> int:
+    """Rows per chunk for products over ``width`` columns: about ``cpu_budget``
+    elements on a CPU (2^16: the chunk and its products stay in cache), 2^26 on an
+    accelerator (few, large kernels)."""
+    budget = cpu_budget if x.device.type == "cpu" else 2**26
     return max(256, budget // max(width, 1))
 
 

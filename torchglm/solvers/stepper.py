@@ -361,9 +361,7 @@ class StepFitter(Fitter):
                     and self.finish_curvature == "full"):
                 # A Newton-CG decrement: confirm it at this point with the exact Hessian.
                 self.verify_full = True
-                self.reevaluate = True
-                self.theta = self.base_theta
-                return None
+                return self._reevaluate()
             if certified and self.solve_exact:
                 what = "with the previous Hessian, bounded" if stale else "="
                 return self._finish(True, f"Newton decrement lambda^2 {what} {bound:.3g} "
@@ -379,9 +377,7 @@ class StepFitter(Fitter):
             if stale:
                 # Not verified (or the step's decrease was not the predicted one):
                 # evaluate this point again with its own curvature.
-                self.reevaluate = True
-                self.theta = self.base_theta
-                return None
+                return self._reevaluate()
             if self.detect_separation and self._check_separation(s, delta, step):
                 return None
             if (s.hess is not None and dec is not None and self.solve_exact
@@ -480,9 +476,13 @@ class StepFitter(Fitter):
         self.sep_streak = 0
         if s is not None and s.curvature == self.finish_curvature:
             return self._accept(s, 0.0)
+        return self._reevaluate()
+
+    def _reevaluate(self) -> None:
+        """Make the next pass evaluate the accepted point again (with the curvature
+        :meth:`pass_curvature` then asks for), not a trial step."""
         self.reevaluate = True
         self.theta = self.base_theta
-        return None
 
     def _reject(self, s: PassSums) -> None:
         self.n_rejected += 1

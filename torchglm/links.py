@@ -165,37 +165,6 @@ def _mills_asymptotic(t: torch.Tensor) -> torch.Tensor:
     return total
 
 
-def _ndtr_ratio(eta: torch.Tensor) -> torch.Tensor:
-    """``r = phi(eta) / Phi(eta)`` alone (the first derivative's cost: no series), as
-    :func:`_ndtr_ratio_parts`."""
-    neg = eta < 0
-    t = torch.where(neg, -eta, torch.zeros_like(eta))
-    e_pos = torch.where(neg, torch.zeros_like(eta), eta)
-    m = math.sqrt(0.5 * math.pi) * torch.special.erfcx(t * _SQRT_HALF)
-    r_pos = torch.exp(-0.5 * e_pos * e_pos) / (_SQRT_2PI * torch.special.ndtr(e_pos))
-    return torch.where(neg, 1.0 / m, r_pos)
-
-
-def _ndtr_ratio_parts(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``r = phi(eta) / Phi(eta)`` and ``s = eta + r`` without cancellation.
-
-    For ``eta < 0`` (``t = -eta``), ``Phi(eta) = phi(eta) m(t)`` with
-    ``m(t) = sqrt(pi/2) erfcx(t / sqrt 2)``, so ``r = 1 / m`` never divides two
-    underflowing numbers, and ``s = (1 - t m) / m`` uses :func:`_mills_asymptotic`
-    once ``t >= 20``. For ``eta >= 0`` both are plain sums of positive terms.
-    """
-    neg = eta < 0
-    t = torch.where(neg, -eta, torch.ones_like(eta))
-    m = math.sqrt(0.5 * math.pi) * torch.special.erfcx(t * _SQRT_HALF)
-    big = t >= 20.0
-    q = torch.where(big, _mills_asymptotic(torch.where(big, t, torch.full_like(t, 20.0))), 1.0 - t * m)
-    e_pos = torch.where(neg, torch.zeros_like(eta), eta)
-    r_pos = torch.exp(-0.5 * e_pos * e_pos) / _SQRT_2PI / torch.special.ndtr(e_pos)
-    r = torch.where(neg, 1.0 / m, r_pos)
-    s = torch.where(neg, q / m, e_pos + r_pos)
-    return r, s
-
-
 def _probit_parts(eta: torch.Tensor, order: int):
     """``log Phi(eta)``, ``log Phi(-eta)``, ``r(eta)``, ``r(-eta)`` (and, for ``order=2``,
     ``s(eta)``, ``s(-eta)``) with ``r = phi / Phi`` and ``s(t) = t + r(t)``, from one
@@ -223,6 +192,18 @@ def _probit_parts(eta: torch.Tensor, order: int):
         s_small, s_big = q / m, a + r_big
         out += [torch.where(neg, s_small, s_big), torch.where(neg, s_big, s_small)]
     return tuple(out)
+
+
+def _ndtr_ratio(eta: torch.Tensor) -> torch.Tensor:
+    """``r = phi(eta) / Phi(eta)`` (:func:`_probit_parts`)."""
+    return _probit_parts(eta, 1)[2]
+
+
+def _ndtr_ratio_parts(eta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``r = phi(eta) / Phi(eta)`` and ``s = eta + r`` without cancellation
+    (:func:`_probit_parts`)."""
+    parts = _probit_parts(eta, 2)
+    return parts[2], parts[4]
 
 
 class _ElementwiseFunction(torch.autograd.Function):

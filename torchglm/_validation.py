@@ -81,15 +81,19 @@ def _stored_values(t: torch.Tensor) -> torch.Tensor:
     return t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
 
 
-def check_finite(name: str, t: torch.Tensor) -> None:
-    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is."""
+def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
+    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is.
+
+    Returns the smallest and largest (stored) value, or ``None`` for an integer or
+    empty tensor: the one reduction that decides finiteness (``aminmax`` propagates
+    NaN, and an inf is an extreme) also bounds the magnitude (:func:`check_magnitude`).
+    """
     values = _stored_values(t)
-    if not values.is_floating_point():
-        return
-    # One reduction: a sum is finite when every entry is (finite entries that
-    # overflow the sum fall through to the exact scan below).
-    if bool(torch.isfinite(values.sum())):
-        return
+    if not values.is_floating_point() or values.numel() == 0:
+        return None
+    lo, hi = (float(v) for v in torch.aminmax(values))
+    if math.isfinite(lo) and math.isfinite(hi):
+        return lo, hi
     bad = ~torch.isfinite(values)
     if bool(bad.any()):
         n_bad = int(bad.sum())
@@ -102,8 +106,10 @@ def check_finite(name: str, t: torch.Tensor) -> None:
         )
 
 
-def check_features(name: str, x: torch.Tensor, n_features: int | None = None) -> torch.Tensor:
-    """Check a design matrix: 2-D, floating point, finite, with ``n_features`` columns."""
+def check_features(name: str, x: torch.Tensor, n_features: int | None = None,
+                   magnitude: bool = False) -> torch.Tensor:
+    """Check a design matrix: 2-D, floating point, finite, with ``n_features`` columns
+    (and with ``magnitude``, small enough for its sums of squares: :func:`check_magnitude`)."""
     if not isinstance(x, torch.Tensor):
         raise fail(name, "a torch.Tensor", type(x).__name__)
     if x.dim() != 2:
@@ -114,7 +120,9 @@ def check_features(name: str, x: torch.Tensor, n_features: int | None = None) ->
         raise fail(name, f"{n_features} feature columns", f"{x.shape[1]}")
     if x.shape[0] == 0:
         raise fail(name, "at least one sample", "0 rows")
-    check_finite(name, x)
+    extremes = check_finite(name, x)
+    if magnitude:
+        check_magnitude(name, x, extremes)
     return x
 
 
@@ -260,7 +268,8 @@ def check_offset(offset: torch.Tensor | None, n: int) -> None:
         _check_per_sample("offset", offset, n)
 
 
-def check_magnitude(name: str, t: torch.Tensor) -> None:
+def check_magnitude(name: str, t: torch.Tensor,
+                    extremes: tuple[float, float] | None = None) -> None:
     """Check that sums of squares of ``t`` cannot overflow its dtype.
 
     A fit forms ``sum_i x_ij x_ik`` (Hessian, Gram matrix) and ``sum_i y_i^2``
@@ -269,17 +278,22 @@ def check_magnitude(name: str, t: torch.Tensor) -> None:
     would return garbage (an overflowed Hessian, a zero step reported as
     converged), so the values must be rescaled.
 
+    ``extremes``: ``t``'s smallest and largest value when already known
+    (:func:`check_finite` returns them).
+
     Raises:
         InputError: naming the largest magnitude and the bound.
     """
     if not t.is_floating_point() or t.numel() == 0:
         return
-    values = _stored_values(t)
-    if values.numel() == 0:
-        return
+    if extremes is None:
+        values = _stored_values(t)
+        if values.numel() == 0:
+            return
+        extremes = tuple(float(v) for v in torch.aminmax(values))  # one pass, no |values| copy
+    lo, hi = extremes
     bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))
-    lo, hi = torch.aminmax(values)  # one pass, no |values| copy
-    largest = max(-float(lo), float(hi))
+    largest = max(-lo, hi)
     if largest > bound:
         raise fail(
             name,

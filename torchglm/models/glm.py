@@ -293,13 +293,12 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
                 values so large that sums of squares overflow
                 (``max |x| > sqrt(finfo.max / n_samples)``: rescale them).
         """
-        check_features("X", x, self.n_features)
+        check_features("X", x, self.n_features, magnitude=True)
         if not isinstance(y, torch.Tensor):
             raise fail("y", "a torch.Tensor", type(y).__name__)
         check_same_length(["X", "y"], x, y)
         check_weight(weight, x.shape[0])
         check_offset(offset, x.shape[0])
-        check_magnitude("X", x)
         y = self.family.check_target(y, self.n_classes)
         if y.is_floating_point():
             y = y.to(x.dtype)

@@ -174,6 +174,8 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
             # this stage's Hessian) then meets the caller's tolerance in float64.
             tol = stage_options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
             stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
+        if dt != stages[-1] and issubclass(cls, StepFitter):
+            stage_options["handoff"] = True  # the polish verifies the stage's last step
         fitter = cls(model, max_iter=max_iter, dtype=dt, **stage_options, **extra)
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y

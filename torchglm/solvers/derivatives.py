@@ -184,10 +184,13 @@ class PassSums:
         saturation: per-sample loss below which a sample counts as saturated
             (0 skips the count).
         y_sum: also sum the (weighted) scalar targets (for an intercept-only start).
+        targets_only: sum only the weights, the row counts and the targets, never
+            reading the features (the start pass of a fit from ``theta = 0``, which
+            only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
     """
 
     def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
-                 saturation: float = 0.0, y_sum: bool = False):
+                 saturation: float = 0.0, y_sum: bool = False, targets_only: bool = False):
         self.family = model.family
         self.penalty = L2Penalty(model.l2)
         m, d = model.linear.weight.shape
@@ -212,7 +215,10 @@ class PassSums:
         self.weight_sum = torch.zeros((), **opts)
         self.counts = torch.zeros(4, **opts)  # n_invalid, n_saturated, n_samples, n_offset
         self.y_sum = torch.zeros((), **opts)
-        self.want_y_sum = y_sum and self.scalar
+        self.want_y_sum = (y_sum or targets_only) and self.scalar
+        self.targets_only = targets_only
+        if targets_only:
+            curvature = self.curvature = None
         self.grad = torch.zeros(p, **opts)
         self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
         self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
@@ -230,6 +236,8 @@ class PassSums:
         return eta
 
     def add(self, batch: Batch) -> None:
+        if self.targets_only:
+            return self._add_targets(batch.y, batch.offset, batch.weight)
         x = batch.x.to(self.theta.dtype)
         if x.layout != torch.strided:
             # Sparse counts (bag of words) stay sparse: COO supports every product below.
@@ -245,6 +253,16 @@ class PassSums:
             self._add(x[i:j], batch.y[i:j], None if batch.offset is None else batch.offset[i:j],
                       None if batch.weight is None else batch.weight[i:j])
         return None
+
+    def _add_targets(self, y, offset, s) -> None:
+        n = y.shape[0]
+        self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
+        self.counts[2] += n
+        if offset is not None:
+            self.counts[3] += n
+        if self.want_y_sum:
+            yt = y.to(self.theta.dtype)
+            self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
 
     def _add(self, x, y, offset, s) -> None:
         eta = self.eta(x, offset)

@@ -101,6 +101,14 @@ class StepFitter(Fitter):
             Newton-type steps: every solver's, first-order ones while finishing).
         saturation: per-sample loss below which a fitted probability counts as
             numerically 0 or 1.
+        handoff: a stage that another (higher-precision) stage continues: on
+            convergence the model is left one Newton-type step further, at
+            ``theta + delta`` with the direction the final decrement came from
+            (verified by the next stage, not here). :func:`~torchglm.solvers.fit`
+            sets it on a float32 stage followed by the float64 polish, whose first
+            pass then usually confirms: a converged stage's step is worth a factor
+            ``lambda^2`` in the objective's error, and without it the polish needs a
+            step and a second pass for ``lambda^2`` just above its tolerance.
     """
 
     name = ""
@@ -117,7 +125,7 @@ class StepFitter(Fitter):
     def __init__(self, model, max_iter: int | None = None, tol: float = 1e-12,
                  gtol: float = 1e-10, dtype: torch.dtype | None = None, armijo: float = 1e-4,
                  max_halvings: int = 40, detect_separation: bool = True,
-                 saturation: float = 1e-10):
+                 saturation: float = 1e-10, handoff: bool = False):
         max_iter = self.default_max_iter if max_iter is None else max_iter
         if not isinstance(max_iter, int) or max_iter < 0:
             raise fail("max_iter", "a non-negative integer", max_iter)
@@ -133,6 +141,7 @@ class StepFitter(Fitter):
         self.detect_separation = (detect_separation and model.l2 == 0
                                   and model.family.is_classifier)
         self.saturation = saturation
+        self.handoff = handoff
         self.theta = flat_parameters(model, self.dtype).to(model.linear.weight.device)
         self.result = FitResult(solver=self.name)
         self.done = False
@@ -188,8 +197,8 @@ class StepFitter(Fitter):
                 self.N_col = torch.cat([col, torch.full((m if has_bias else 0,), d,
                                                         device=self.theta.device)])
                 self.N_count = torch.bincount(self.N_col, minlength=d + 1).to(self.dtype)
-        # From the all-zero start (the model's initialization), the first pass sums
-        # only E, g and the mean target, and the fit starts from the intercept-only
+        # From the all-zero start (the model's initialization), the first pass reads
+        # only the targets and weights (not the features), and the fit starts from the intercept-only
         # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
         # 1e15 need steps of exp(35) that no line search can take.
         self.start_pending = (has_bias and not model.family.multi_output
@@ -229,18 +238,20 @@ class StepFitter(Fitter):
 
     def _first_order_stop_predicted(self) -> bool:
         """Whether the next accepted first-order step is predicted to meet the
-        decrement rule (the last two decrements' ratio carried one step on)."""
-        hist = [h["newton_decrement"] for h in self.result.history[-2:]]
+        decrement rule: the last decrement times the larger of the last two ratios
+        of successive decrements (one ratio after a sudden drop is optimistic: a
+        wrong prefetch costs half a pass, a missed one a pass)."""
+        hist = [h["newton_decrement"] ** 2 for h in self.result.history[-3:]]
         if len(hist) < 2 or not all(math.isfinite(v) and v > 0 for v in hist):
             return False
-        dec, prev = hist[1] ** 2, hist[0] ** 2
-        predicted = dec * min(dec / prev, 1.0)
+        ratio = max(b / a for a, b in zip(hist, hist[1:]))
+        predicted = hist[-1] * min(ratio, 1.0)
         return predicted / 2 <= self.tol * max(1.0, abs(self.result.history[-1]["loss"]))
 
     def start_pass(self) -> None:
         self.sums = PassSums(self.model, self.theta, self.pass_curvature(),
                              self.saturation if self.detect_separation else 0.0,
-                             y_sum=self.base is None)
+                             y_sum=self.base is None, targets_only=self.start_pending)
 
     def accumulate(self, batch) -> None:
         self.sums.add(batch)
@@ -253,9 +264,10 @@ class StepFitter(Fitter):
         loss = float(s.loss)
         ok = s.n_invalid == 0 and math.isfinite(loss)
         if self.start_pending:
+            # The start pass read only the targets: evaluate the (new) start next.
             self.start_pending = False
-            if self._intercept_start(s) or s.curvature != self.curvature:
-                return False  # evaluate the (new) start with the solver's curvature
+            self._intercept_start(s)
+            return False
         if self.base is None:
             if ok:
                 self._accept(s, 0.0)
@@ -590,7 +602,11 @@ class StepFitter(Fitter):
         r.converged, r.message = converged, message
         base = self.base
         if base is not None:
-            set_flat_parameters(self.model, self.base_theta)
+            step = (converged and self.handoff and self.newton_like and self.solve_exact
+                    and self.delta is not None)
+            set_flat_parameters(self.model, self.base_theta + self.delta if step else self.base_theta)
+            if step:
+                r.extra["handoff_step"] = True
             # After a light verifying pass: the Hessian of the previous point.
             hess = base.hess if base.hess is not None else (self.light_hess if converged else None)
             r.extra.update(loss=float(base.loss), grad=base.grad.detach(),

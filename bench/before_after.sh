@@ -20,3 +20,27 @@ for round in 1 2; do
       | grep -E "^(binary|softmax|probit)|torchglm auto|sklearn lbfgs"
   done
 done
+# One record of both checkouts' rounds, with the per-problem change of the mean of rounds.
+"$PYTHON" - "$REV" "$(git rev-parse --short HEAD)" <<'PY'
+import json, platform, os, statistics, sys
+rev, head = sys.argv[1:3]
+rounds, means = {}, {}
+for which in ("before", "after"):
+    for r in (1, 2):
+        d = json.load(open(f"/tmp/before_after_{which}_{r}.json"))
+        rounds[f"{which}_{r}"] = {
+            "auto_time_s": {p: e["methods"].get("torchglm auto", {}).get("time_s") for p, e in d["problems"].items()},
+            "sklearn_lbfgs_time_s": {p: e["methods"].get("sklearn lbfgs", {}).get("time_s") for p, e in d["problems"].items()},
+        }
+change = {}
+for p in rounds["after_1"]["auto_time_s"]:
+    b = statistics.mean(rounds[f"before_{r}"]["auto_time_s"][p] for r in (1, 2))
+    a = statistics.mean(rounds[f"after_{r}"]["auto_time_s"][p] for r in (1, 2))
+    change[p] = {"before_s": round(b, 4), "after_s": round(a, 4), "change": f"{100 * (a / b - 1):+.0f}%"}
+    print(f"{p:28s} {b:.3f} -> {a:.3f} s  {change[p]['change']}")
+out = {"command": f"bash bench/before_after.sh {rev}", "before": rev, "after": head,
+       "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": 1,
+                   "note": "nothing else running; min of 3 per tolerance, two alternating rounds"},
+       "auto_mean_of_rounds": change, "rounds": rounds}
+json.dump(out, open("bench/results/before_after.json", "w"), indent=1)
+PY

@@ -312,3 +312,66 @@ def test_exactly_collinear_columns_converge_to_the_minimum_norm_optimum():
     assert r.converged
     w = m.linear.weight.detach()[0]
     assert abs(float(w[0] - w[3])) < 1e-8
+
+
+# -- the cost of verification: passes the verified fits no longer spend --------------
+def test_the_start_pass_reads_only_targets_and_weights(monkeypatch):
+    """From theta = 0 the intercept-only start needs the weighted mean target only: the
+    first pass never evaluates the features (a whole pass saved), and the fit is the same."""
+    from torchglm.solvers.derivatives import PassSums
+
+    x, y, _ = _simulate("bernoulli", "logit", n=800, d=4, seed=5)
+    w = torch.rand(800, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
+    seen = []
+    add = PassSums._add
+
+    def counting(self, *args):
+        seen.append(self.targets_only)
+        return add(self, *args)
+
+    monkeypatch.setattr(PassSums, "_add", counting)
+    for solver in ("newton", "lbfgs"):
+        seen.clear()
+        m = LogisticRegression(4, dtype=torch.float64)
+        r = fit(m, x, y, weight=w, solver=solver)
+        assert r.converged and r.extra["start"] == "intercept-only"
+        assert seen and not any(seen)  # no feature work in a targets-only pass
+        assert_verified_optimum(m, x, y, r, w=w)
+    # the start it takes is b = logit(weighted mean of y)
+    s = PassSums(m, torch.zeros(5, dtype=torch.float64), None, targets_only=True)
+    from torchglm.data.batches import TensorBatches
+    for b in TensorBatches(x, y.double(), w, None, 300):
+        s.add(b)
+    s.finish()
+    assert float(s.y_sum / s.weight_sum) == pytest.approx(float((w * y).sum() / w.sum()), rel=1e-14)
+    assert s.n_samples == 800
+
+
+def test_a_float32_stage_hands_over_one_step_further():
+    """A float32 Newton stage that converged leaves the model at theta + delta; the
+    float64 polish then confirms at its first pass (one pass, no step) and the
+    result is the verified float64 optimum."""
+    # measured: without the handed-over step this polish takes a step and a second pass
+    x, y, _ = _simulate("bernoulli", "logit", n=50_000, d=20, seed=0)
+    m = LogisticRegression(20, l2=1e-4, dtype=torch.float64)
+    r = fit(m, x, y, solver="newton", dtype=torch.float32, tol=1e-10)
+    assert r.converged and r.extra["stages"] == ["torch.float32", "torch.float64"]
+    # the polish's history: one entry, its first pass, no step taken
+    assert r.history[-1]["passes"] == 1 and r.history[-1]["step_size"] == 0.0
+    assert_verified_optimum(m, x, y, r, tol=1e-10)
+
+
+def test_first_order_stop_prediction_uses_the_larger_ratio():
+    """After a sudden drop of the decrement, one ratio predicts too much: the prefetch of
+    the finish's curvature waits for a second small ratio."""
+    from torchglm.solvers.gradient import LBFGSFitter
+
+    m = LogisticRegression(600, l2=1e-4, dtype=torch.float64)
+    f = LBFGSFitter(m, tol=1e-8)
+    hist = lambda *decs: [{"newton_decrement": d ** 0.5, "loss": 0.45} for d in decs]  # noqa: E731
+    f.result.history = hist(3.5e-4, 1.7e-6)  # one ratio 5e-3: predicted 8.5e-9
+    assert f._first_order_stop_predicted()
+    f.result.history = hist(1.3e-3, 3.5e-4, 1.7e-6)  # ratios 0.27, 5e-3: predicted 4.6e-7
+    assert not f._first_order_stop_predicted()
+    f.result.history = hist(3.5e-4, 1.7e-6, 2.0e-8)  # ratios 5e-3, 1.2e-2: 2.4e-10
+    assert f._first_order_stop_predicted()

@@ -605,8 +605,6 @@ class StepFitter(Fitter):
             step = (converged and self.handoff and self.newton_like and self.solve_exact
                     and self.delta is not None)
             set_flat_parameters(self.model, self.base_theta + self.delta if step else self.base_theta)
-            if step:
-                r.extra["handoff_step"] = True
             # After a light verifying pass: the Hessian of the previous point.
             hess = base.hess if base.hess is not None else (self.light_hess if converged else None)
             r.extra.update(loss=float(base.loss), grad=base.grad.detach(),

@@ -313,3 +313,20 @@ def test_errors_name_the_argument():
         GaussianPrior(0.0)
     with pytest.raises(InputError, match="data: expected"):
         laplace_posterior(model, x, GaussianPrior(1.0))
+
+
+def test_nuts_reports_progress_and_not_by_default(capsys):
+    """``progress`` receives a line per chain stage (here every draw may report) and a
+    closing line per chain; without it the sampler prints nothing."""
+    x, y = _data("logistic", n=40, d=1, seed=6)
+    model = LogisticRegression(1)
+    post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
+    lines = []
+    sample_posterior(model, (x, y), post, num_chains=2, num_samples=20, warmup_steps=10,
+                     progress=lines.append, progress_every=0.0)
+    assert any(line.startswith("NUTS chain 1/2: warmup ") for line in lines)
+    assert any(line.startswith("NUTS chain 2/2: sample 20/20") for line in lines)
+    assert sum("done" in line for line in lines) == 2
+    sample_posterior(model, (x, y), post, num_chains=2, num_samples=5, warmup_steps=5)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""

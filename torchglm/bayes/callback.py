@@ -47,6 +47,10 @@ from .variational import VariationalPosterior, has_jj_bound, variational_posteri
 __all__ = ["BayesianEvaluation"]
 
 
+def _stderr_line(text: str) -> None:
+    print(f"BayesianEvaluation: {text}", file=sys.stderr, flush=True)
+
+
 class BayesianEvaluation(pl.Callback):
     """Laplace posterior, NUTS and predictive comparison after a MAP fit.
 
@@ -191,7 +195,7 @@ class BayesianEvaluation(pl.Callback):
                   f"{self.num_samples}) draws ...", file=sys.stderr, flush=True)
             self.samples = sample_posterior(model, train, self.laplace, num_chains=self.num_chains,
                                             num_samples=self.num_samples, warmup_steps=self.warmup_steps,
-                                            seed=self.seed)
+                                            seed=self.seed, progress=_stderr_line)
             self.wall_s["MCMC"] = time.perf_counter() - start
             print(f"BayesianEvaluation: NUTS done in {self.wall_s['MCMC']:.1f} s", file=sys.stderr,
                   flush=True)

@@ -15,6 +15,8 @@ split R-hat and the effective sample size (Gelman et al., BDA3 11.4-11.5, via
 from __future__ import annotations
 
 import random
+import time
+from typing import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -76,7 +78,9 @@ class PosteriorSamples:
 
 def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4,
                      num_samples: int = 500, warmup_steps: int = 300, init_scale: float = 1.5,
-                     max_tree_depth: int = 8, seed: int = 0) -> PosteriorSamples:
+                     max_tree_depth: int = 8, seed: int = 0,
+                     progress: Callable[[str], None] | None = None,
+                     progress_every: float = 10.0) -> PosteriorSamples:
     """Draw from ``p(theta | D) propto p(theta) p(D | theta)`` with NUTS.
 
     Args:
@@ -90,6 +94,10 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
         init_scale: starts are ``m + init_scale F z``, overdispersed for ``> 1``.
         max_tree_depth: NUTS tree depth limit.
         seed: chain ``c`` uses seed ``seed + c``.
+        progress: called with a one-line report (chain, stage, draws done, mean
+            tree size, elapsed seconds) at most every ``progress_every`` seconds and
+            at the end of each chain; ``None``: silent (``train.py`` prints them on
+            stderr).
 
     Returns:
         :class:`PosteriorSamples` with R-hat and ESS.
@@ -119,6 +127,16 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
         return data_nll(model, theta, batches) + 0.5 * (prec * theta * theta).sum()
 
     draws, steps = [], []
+    clock = {"start": time.perf_counter(), "last": time.perf_counter()}
+
+    def report(c, kernel, stage, i, total, force=False):
+        now = time.perf_counter()
+        if progress is None or (not force and now - clock["last"] < progress_every):
+            return
+        clock["last"] = now
+        progress(f"NUTS chain {c + 1}/{num_chains}: {stage} {i}/{total}, step size "
+                 f"{float(kernel.step_size):.3g}, {now - clock['start']:.0f} s")
+
     # pyro.set_rng_seed reseeds torch, numpy and random globally: restore them after.
     states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
     try:
@@ -127,9 +145,15 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
             z0 = init_scale * torch.randn(F.shape[1], dtype=m.dtype).to(m.device)
             kernel = NUTS(potential_fn=potential, adapt_step_size=True, adapt_mass_matrix=False,
                           max_tree_depth=max_tree_depth)
+            def hook(kernel, _samples, stage, i, c=c):
+                warm = stage.startswith("Warmup")
+                report(c, kernel, "warmup" if warm else "sample", i + 1,
+                       warmup_steps if warm else num_samples)
+
             mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
-                        initial_params={"z": z0}, disable_progbar=True)
+                        initial_params={"z": z0}, disable_progbar=True, hook_fn=hook)
             mcmc.run()
+            report(c, kernel, "done: sample", num_samples, num_samples, force=True)
             z = mcmc.get_samples()["z"].detach()
             draws.append(m + z @ F.T)
             steps.append(float(kernel.step_size))

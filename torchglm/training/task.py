@@ -187,6 +187,11 @@ class GLMTask(pl.LightningModule):
         if self.automatic_optimization:
             self._check_optimizer()
         else:
+            # A pass sums over every row: the order changes only the rounding, so a
+            # pass-based fit reads the rows in one fixed order, and a resumed fit's
+            # first pass re-evaluates its accepted point bit for bit (a new order per
+            # epoch moved the resumed iterates by an ulp).
+            datamodule.shuffle = False
             # Built here, so an unknown solver or option fails before any output exists.
             try:
                 self.fitter = model.make_fitter(self.solver, **self.solver_options)

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from torchglm.bayes import LaplacePosterior
-from torchglm.bayes.callback import BayesianEvaluation
+from torchglm.training.bayes_callback import BayesianEvaluation
 from torchglm.data.module import GLMDataModule
 from torchglm.training.cli import main
 

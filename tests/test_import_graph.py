@@ -21,30 +21,39 @@ def _modules() -> dict[str, Path]:
     return out
 
 
-def _import_nodes(tree: ast.Module, top_level: bool):
+def _type_checking(node) -> bool:
+    """``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``): imports for annotations only."""
+    test = getattr(node, "test", None)
+    return isinstance(node, ast.If) and (
+        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+
+
+def _import_nodes(tree: ast.Module, top_level: bool, annotations: bool = True):
     """Every import statement, or (``top_level``) those run at import time: outside
-    function bodies (module level, class bodies, ``if``/``try`` blocks)."""
-    if not top_level:
-        yield from (n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom)))
-        return
+    function bodies (module level, class bodies, ``if``/``try`` blocks). Without
+    ``annotations``, those under ``if TYPE_CHECKING:`` are left out (never run)."""
     stack = list(tree.body)
     while stack:
         node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
-        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+        elif not annotations and _type_checking(node):
+            stack.extend(node.orelse)
+        elif not (top_level and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def import_graph(top_level: bool = False, external: bool = False) -> dict[str, set[str]]:
+def import_graph(top_level: bool = False, external: bool = False, annotations: bool = True) -> dict[str, set[str]]:
     """Module -> the torchglm modules it imports (a name imported from a package
     counts as its submodule when one of that name exists); ``external`` keeps the
-    other packages' names too (``pytorch_lightning``, ``lightning.pytorch``)."""
+    other packages' names too (``pytorch_lightning``, ``lightning.pytorch``);
+    ``annotations=False`` leaves out ``if TYPE_CHECKING:`` imports."""
     mods = _modules()
     graph = {}
     for mod, path in mods.items():
         deps = set()
-        for node in _import_nodes(ast.parse(path.read_text()), top_level):
+        for node in _import_nodes(ast.parse(path.read_text()), top_level, annotations):
             if isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -129,16 +138,71 @@ def test_models_import_neither_solvers_nor_training_at_import_time():
             assert not any(_under(d, "torchglm.training") for d in every[mod]), mod
 
 
-#: Lightning outside training/ still to move: the Bayes callback (its owner is
-#: extending it; it moves to training/ like the inference and figure callbacks).
-LIGHTNING_ELSEWHERE = {"torchglm.bayes.callback"}
-
-
 def test_lightning_is_imported_only_under_training():
     graph = import_graph(external=True)
     lightning = {"pytorch_lightning", "lightning"}
     users = {mod for mod, deps in graph.items()
              if any(d.split(".")[0] in lightning for d in deps)}
-    outside = {m for m in users if not _under(m, "torchglm.training")}
-    assert outside <= LIGHTNING_ELSEWHERE, sorted(outside)
-    assert "torchglm.training.data_module" in users
+    assert {m for m in users if not _under(m, "torchglm.training")} == set()
+    assert {"torchglm.training.data_module", "torchglm.training.bayes_callback"} <= users
+
+
+def test_the_bayesian_api_does_not_import_lightning():
+    """``import torchglm.bayes`` (and ``import torchglm``) leave Lightning unloaded; the
+    callback's former path still names the moved class."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torchglm, torchglm.bayes; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+    from torchglm.bayes.callback import BayesianEvaluation as former
+    from torchglm.training.bayes_callback import BayesianEvaluation
+
+    assert former is BayesianEvaluation
+
+
+#: The layers, bottom up (README.md, "Architecture"): a module imports only from its
+#: own layer and the layers below it. Prefixes name packages or modules; the longest
+#: matching prefix places a module.
+LAYERS = [
+    ("validation", ["torchglm._validation"]),
+    ("math", ["torchglm.links", "torchglm.families", "torchglm.penalty"]),
+    ("passes", ["torchglm.passes", "torchglm.distributed"]),
+    ("data", ["torchglm.data", "torchglm.datasets", "torchglm.text"]),
+    ("models", ["torchglm.models", "torchglm.basis"]),
+    ("solvers", ["torchglm.solvers"]),
+    ("inference", ["torchglm.inference", "torchglm.bayes"]),
+    ("plotting", ["torchglm.plotting"]),
+    ("sklearn", ["torchglm.sklearn"]),
+    ("training", ["torchglm.training"]),
+    ("entry points", ["torchglm", "torchglm.figures", "torchglm.inference_callback",
+                      "torchglm.plot_callbacks"]),
+]
+
+#: Imports that point up the layers, each for a stated reason.
+UPWARD = {
+    # ``GLM.fit``/``make_fitter`` reach the solvers inside the method body (never at import
+    # time: test_models_import_neither_solvers_nor_training_at_import_time).
+    ("torchglm.models.glm", "torchglm.solvers"),
+    # Former names kept for configs and saved runs: re-exports of moved Lightning classes.
+    ("torchglm.data", "torchglm.training.data_module"),          # lazy, in __getattr__
+    ("torchglm.data.module", "torchglm.training.data_module"),
+    ("torchglm.bayes.callback", "torchglm.training.bayes_callback"),
+    # ``torchglm figures`` dispatches from the CLI to the figures entry point.
+    ("torchglm.training.entry", "torchglm.figures"),
+}
+
+
+def _layer(mod: str) -> int:
+    best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _under(mod, p)),
+               default=None)
+    assert best is not None, f"{mod} is in no layer: add it to LAYERS and to README's Architecture"
+    return best[1]
+
+
+def test_layers_import_only_downward():
+    graph = import_graph(annotations=False)
+    upward = {(mod, dep) for mod, deps in graph.items() for dep in deps if _layer(dep) > _layer(mod)}
+    assert upward <= UPWARD, sorted(upward - UPWARD)

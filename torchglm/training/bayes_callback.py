@@ -21,6 +21,10 @@ After the trainer has fitted the MAP (``solver: newton``), :class:`BayesianEvalu
 
 The features the callback hands the model are the task's (standardized, then
 the task's basis ``phi`` if any). It is a single-process analysis.
+
+The callback lives in the training layer (it is the one piece of :mod:`torchglm.bayes`
+that needs Lightning); ``torchglm.bayes.callback.BayesianEvaluation``, its former
+``class_path``, re-exports it.
 """
 
 from __future__ import annotations
@@ -36,13 +40,13 @@ import pytorch_lightning as pl
 import torch
 
 from .._validation import check_positive, fail
-from .laplace import LaplacePosterior, fit_map, laplace_posterior
-from .metrics import format_table, predictive_metrics
-from .predictive import predictive
-from .prior import GaussianPrior
-from .sampling import PosteriorSamples, sample_posterior
-from .selection import LambdaCurve, evidence_curve, validation_curve
-from .variational import VariationalPosterior, has_jj_bound, variational_posterior
+from ..bayes.laplace import LaplacePosterior, fit_map, laplace_posterior
+from ..bayes.metrics import format_table, predictive_metrics
+from ..bayes.predictive import predictive
+from ..bayes.prior import GaussianPrior
+from ..bayes.sampling import PosteriorSamples, sample_posterior
+from ..bayes.selection import LambdaCurve, evidence_curve, validation_curve
+from ..bayes.variational import VariationalPosterior, has_jj_bound, variational_posterior
 
 __all__ = ["BayesianEvaluation"]
 
@@ -73,7 +77,7 @@ class BayesianEvaluation(pl.Callback):
 
         trainer:
           callbacks:
-            - class_path: torchglm.bayes.callback.BayesianEvaluation
+            - class_path: torchglm.training.bayes_callback.BayesianEvaluation
               init_args: {num_chains: 4, num_samples: 300}
     """
 

@@ -53,3 +53,33 @@ def test_parameter_names_in_the_flat_order():
         "0:a", "0:b", "1:a", "1:b", "0:intercept", "1:intercept"]
     with pytest.raises(InputError, match="feature_names"):
         LogisticRegression(2).parameter_names(["a"])
+
+
+def test_accessors_are_views_of_the_layout():
+    """``coef``/``intercept`` are detached views (no copy), matching ``theta``'s order."""
+    model = _random(SoftmaxRegression(3, 4, dtype=torch.float64))
+    theta = flat_parameters(model)
+    torch.testing.assert_close(torch.cat([model.coef.reshape(-1), model.intercept]), theta, rtol=0, atol=0)
+    assert model.coef.data_ptr() == model.linear.weight.data_ptr() and not model.coef.requires_grad
+    assert model.has_intercept and (model.n_outputs, model.n_features) == model.coef.shape
+    assert model.param_dtype == torch.float64 and model.param_device == theta.device
+    bare = LogisticRegression(2, fit_intercept=False)
+    assert not bare.has_intercept and bare.intercept is None and bare.n_bias == 0
+
+
+def test_only_models_read_the_linear_layer():
+    """Issue 12: the GLM owns its parameter layout; every other module reads it
+    through the accessors (``coef``, ``intercept``, ``has_intercept``, ``param_dtype``,
+    ``param_device``, ``n_weights``, ``flat_parameters``...), never ``.linear.weight``
+    or ``.linear.bias``."""
+    import re
+    from pathlib import Path
+
+    import torchglm
+
+    root = Path(torchglm.__file__).parent
+    pattern = re.compile(r"\.linear\.(weight|bias)")
+    hits = [f"{path.relative_to(root.parent)}:{i}"
+            for path in sorted(root.rglob("*.py")) if "models" not in path.relative_to(root).parts[:1]
+            for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    assert hits == []

@@ -220,8 +220,8 @@ def basis_feature_space(out: str, quick: bool = False) -> dict:
         m = y == k
         ax.scatter(f[m, 0], f[m, 1], s=14, c=plotting.CLASS_COLORS[k], edgecolors="k",
                    linewidths=0.4, label=f"$C_{k}$")
-    w = model.linear.weight.detach()[0]
-    b = float(model.linear.bias.detach()[0])
+    w = model.coef[0]
+    b = float(model.intercept[0])
     t = torch.linspace(0.0, 1.0, 2, dtype=torch.float64)
     ax.plot(t, -(b + w[0] * t) / w[1], c="k", lw=1.5, label=r"$w^T\phi + w_0 = 0$")
     ax.set_xlim(-0.05, 1.05)
@@ -260,9 +260,9 @@ def _gradient_descent_path(model, x, y, n_iter: int, lr: float) -> tuple[list, l
         warnings.simplefilter("ignore", ConvergenceWarning)
         while not fitter.done:
             run_passes(fitter, batches, max_passes=1)
-            w = model.linear.weight.detach()
+            w = model.coef
             norms.append(float(torch.linalg.norm(w)))
-            params.append((float(w[0, 0]), float(model.linear.bias.detach()[0])))
+            params.append((float(w[0, 0]), float(model.intercept[0])))
     return norms, params
 
 
@@ -391,8 +391,8 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
                               colorbar=False, title=r"MAP plug-in $\sigma(w_{MAP}^T x)$")
     plotting.decision_regions(bayes, x, y, ax=axes[1], limits=limits, resolution=res, levels=levels,
                               title=r"Laplace predictive $p(C_1\,|\,x, D)$")
-    w = model.linear.weight.detach()[0]
-    b = float(model.linear.bias.detach()[0])
+    w = model.coef[0]
+    b = float(model.intercept[0])
     normal = w / torch.linalg.norm(w)
     along = torch.stack([-normal[1], normal[0]])
     centre = x.mean(0)

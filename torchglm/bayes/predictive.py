@@ -63,7 +63,7 @@ def probit_approximation(mu_a: torch.Tensor, var_a: torch.Tensor) -> torch.Tenso
 
 def _gaussian_moments(model, post: LaplacePosterior | VariationalPosterior, x: torch.Tensor):
     """``mu_a`` and ``sigma_a^2`` (or the K x K covariance) of ``eta`` under ``N(m, S)``."""
-    k, d = model.linear.weight.shape
+    k, d = model.n_outputs, model.n_features
     xt = torch.cat([x, torch.ones_like(x[:, :1])], 1) if post.shape[2] else x
     # theta = (vec W, b) -> per-output coefficient rows (k, dt): column d is the bias.
     perm = torch.cat([

@@ -261,7 +261,7 @@ def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance
     check_positive("lambda_tol", lambda_tol)
     check_positive("max_iter", max_iter)
     work = copy.deepcopy(model)
-    m = work.linear.weight.numel()
+    m = work.n_weights
     lam, history, converged = float(prior_variance), [], False
     for _ in range(int(max_iter)):
         post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)

@@ -272,7 +272,7 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
     if not isinstance(prior, GaussianPrior):
         raise fail("prior", "a GaussianPrior", type(prior).__name__)
     batches = as_batches(data, model)
-    fitter = _JaakkolaJordan(prior, n_weights(model), n_bias(model), model.linear.bias is not None,
+    fitter = _JaakkolaJordan(prior, n_weights(model), n_bias(model), model.has_intercept,
                              optimize_prior, tol, int(max_iter))
     result = run_passes(fitter, batches, int(max_iter))
     if fitter.mean is None:
@@ -282,4 +282,4 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
     return VariationalPosterior(
         mean=fitter.mean, covariance=fitter.cov, precision=fitter.prec_q, scale=fitter.scale,
         elbo=fitter.elbo, prior=fitter.prior,
-        shape=(model.n_outputs, model.n_features, model.linear.bias is not None), result=result)
+        shape=(model.n_outputs, model.n_features, model.has_intercept), result=result)

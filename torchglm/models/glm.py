@@ -133,6 +133,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
 
     @property
     def n_outputs(self) -> int:
+        """Rows of ``W``: 1 for single-output families, ``K`` for softmax."""
         return self.linear.out_features
 
     def forward(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
@@ -150,7 +151,37 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
     @property
     def n_bias(self) -> int:
         """Entries of ``b`` in ``theta`` (``n_outputs``, 0 without intercept)."""
-        return self.n_outputs if self.linear.bias is not None else 0
+        return self.n_outputs if self.has_intercept else 0
+
+    # Read accessors: code outside ``models/`` reads the coefficients through these,
+    # never through ``self.linear`` (issue 12), so the layout can change in one place.
+    @property
+    def has_intercept(self) -> bool:
+        """Whether ``eta`` has the bias ``b`` (``fit_intercept`` at construction)."""
+        return self.linear.bias is not None
+
+    @property
+    def coef(self) -> torch.Tensor:
+        """``W`` of shape (n_outputs, n_features): a detached view of the parameter
+        (no copy; it shares storage, so it follows later fits)."""
+        return self.linear.weight.detach()
+
+    @property
+    def intercept(self) -> torch.Tensor | None:
+        """``b`` of shape (n_outputs,): a detached view like :attr:`coef`; ``None``
+        without intercept."""
+        b = self.linear.bias
+        return None if b is None else b.detach()
+
+    @property
+    def param_dtype(self) -> torch.dtype:
+        """The parameters' dtype (inputs are cast to it for prediction)."""
+        return self.linear.weight.dtype
+
+    @property
+    def param_device(self) -> torch.device:
+        """The parameters' device."""
+        return self.linear.weight.device
 
     def linear_predictor(self, theta: torch.Tensor, x: torch.Tensor,
                          offset: torch.Tensor | None = None) -> torch.Tensor:

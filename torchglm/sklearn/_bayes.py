@@ -91,8 +91,8 @@ class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin
         self.model_ = model
         self.posterior_ = posterior
         self.log_evidence_ = posterior.log_evidence
-        self.coef_ = to_numpy(model.linear.weight)
-        self.intercept_ = to_numpy(model.linear.bias)
+        self.coef_ = to_numpy(model.coef)
+        self.intercept_ = to_numpy(model.intercept)
         self.fit_result_ = result
         self.n_iter_ = np.array([result.n_iter])
         return self
@@ -101,7 +101,7 @@ class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin
         from ..bayes import predictive
 
         x = self._predict_input(X)
-        x = self.model_.as_data(x)[0].to(self.model_.linear.weight.dtype)
+        x = self.model_.as_data(x)[0].to(self.model_.param_dtype)
         generator = torch.Generator(device=x.device).manual_seed(int(self.random_state))
         return predictive(self.model_, self.posterior_, x, n_samples=self.n_samples, generator=generator)
 

@@ -121,8 +121,8 @@ class LinearDiscriminantAnalysis(_Discriminant):
     def _fitted_attributes(self, model):
         super()._fitted_attributes(model)
         linear = model.to_linear()
-        self.coef_ = to_numpy(linear.linear.weight)
-        self.intercept_ = to_numpy(linear.linear.bias)
+        self.coef_ = to_numpy(linear.coef)
+        self.intercept_ = to_numpy(linear.intercept)
 
 
 class QuadraticDiscriminantAnalysis(_Discriminant):

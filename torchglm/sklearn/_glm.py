@@ -58,8 +58,8 @@ class _GLMEstimator(TorchEstimator):
         self.fit_result_ = result
         self.n_iter_ = np.array([result.n_iter])
         self.converged_ = bool(result.converged)
-        w = to_numpy(model.linear.weight)
-        b = to_numpy(model.linear.bias) if model.linear.bias is not None else np.zeros(w.shape[0], w.dtype)
+        w = to_numpy(model.coef)
+        b = to_numpy(model.intercept) if model.has_intercept else np.zeros(w.shape[0], w.dtype)
         self.coef_, self.intercept_ = self._shape_coef(w, b)
 
     def _shape_coef(self, w, b):

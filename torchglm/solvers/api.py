@@ -152,10 +152,10 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     cls = _solver_class(name, solver)
     _check_options(name, cls, options)
     if solver == "auto" and dtype is None and name == "newton":
-        m, d = model.linear.weight.shape
+        d = model.n_features
         flops = x.shape[0] * (d + 1) * hessian_cost(model)
         dtype = torch.float32 if flops >= AUTO_FLOAT32_MIN_FLOPS else None
-    work = dtype or getattr(cls, "default_dtype", None) or model.linear.weight.dtype
+    work = dtype or getattr(cls, "default_dtype", None) or model.param_dtype
     if polish is None:
         polish = work.itemsize < 8
     stages = [work, torch.float64] if polish and work != torch.float64 else [work]

@@ -22,7 +22,7 @@ gives the softmax blocks). The ``n x n`` matrix ``Y`` of the lecture is never
 formed: it is the weight vector ``h`` in one weighted product ``X^T (h * X)``.
 
 **Parameter order.** Every flat vector or matrix here is ordered like
-``torch.cat([model.linear.weight.reshape(-1), model.linear.bias])``: the weight
+``torch.cat([model.coef.reshape(-1), model.intercept])``: the weight
 rows (output ``k``, feature ``j`` at index ``k * n_features + j``), then the
 biases (index ``n_outputs * n_features + k``). :func:`parameter_names` names them.
 """
@@ -148,15 +148,15 @@ def parameter_names(model) -> list[str]:
 def hessian_cost(model) -> float:
     """Hessian entries per sample, ``d~ K (K + 1) / 2`` (``d~`` for one output): the
     cost of one exact-Hessian pass in units of one gradient evaluation."""
-    m, d = model.linear.weight.shape
-    dt = d + (model.linear.bias is not None)
+    m, d = model.n_outputs, model.n_features
+    dt = d + model.has_intercept
     return dt * m * (m + 1) / 2 if m > 1 else dt
 
 
 def penalty_mask(model, dtype=None, device=None) -> torch.Tensor:
     """1 for penalized (weight) entries, 0 for the bias, in the flat order."""
-    m, d = model.linear.weight.shape
-    n_bias = m if model.linear.bias is not None else 0
+    m, d = model.n_outputs, model.n_features
+    n_bias = model.n_bias
     return torch.cat([torch.ones(m * d, dtype=dtype, device=device),
                       torch.zeros(n_bias, dtype=dtype, device=device)])
 
@@ -193,9 +193,9 @@ class PassSums:
                  saturation: float = 0.0, y_sum: bool = False, targets_only: bool = False):
         self.family = model.family
         self.penalty = L2Penalty(model.l2)
-        m, d = model.linear.weight.shape
+        m, d = model.n_outputs, model.n_features
         self.m, self.d = m, d
-        self.has_bias = model.linear.bias is not None
+        self.has_bias = model.has_intercept
         self.scalar = not model.family.multi_output
         self.theta = theta
         self.W = theta[: m * d].view(m, d)
@@ -519,7 +519,7 @@ def hessian_and_gradient(model, batches: Iterable[Batch], expected: bool = False
         >>> m = LogisticRegression(3, l2=0.1)
         >>> loss, g, H = hessian_and_gradient(m, TensorBatches(x, y))
     """
-    theta = flat_parameters(model, dtype).to(model.linear.weight.device)
+    theta = flat_parameters(model, dtype).to(model.param_device)
     sums = PassSums(model, theta, "expected" if expected else "full")
     for batch in batches:
         sums.add(batch)

@@ -59,7 +59,7 @@ class QRFitter(Fitter):
         self.model = model
         self.max_iter = 2 if max_iter is None else max_iter
         self.dtype = dtype or self.default_dtype
-        self.theta = flat_parameters(model, self.dtype).to(model.linear.weight.device)
+        self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
         self.done = False
         self.solved = False
@@ -82,7 +82,7 @@ class QRFitter(Fitter):
         if batch.offset is not None:
             y = y - batch.offset.to(self.dtype)
         cols = [x, y.unsqueeze(-1)]
-        if self.model.linear.bias is not None:
+        if self.model.has_intercept:
             cols.insert(1, torch.ones_like(y).unsqueeze(-1))
         A = torch.cat(cols, 1)
         if batch.weight is not None:

@@ -137,12 +137,12 @@ class StepFitter(Fitter):
         self.model = model
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
         self.armijo, self.max_halvings = armijo, max_halvings
-        self.dtype = dtype or self.default_dtype or model.linear.weight.dtype
+        self.dtype = dtype or self.default_dtype or model.param_dtype
         self.detect_separation = (detect_separation and model.l2 == 0
                                   and model.family.is_classifier)
         self.saturation = saturation
         self.handoff = handoff
-        self.theta = flat_parameters(model, self.dtype).to(model.linear.weight.device)
+        self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
         self.done = False
         self.n_passes = 0
@@ -181,8 +181,8 @@ class StepFitter(Fitter):
         self.light_hess: torch.Tensor | None = None
         self.light_lambda = 0.0
         # The softmax shift directions of unpenalized columns (see ``newton_step``).
-        m, d = model.linear.weight.shape
-        has_bias = model.linear.bias is not None
+        m, d = model.n_outputs, model.n_features
+        has_bias = model.has_intercept
         self.shift_columns = None
         if model.family.multi_output:
             cols = torch.full((d + has_bias,), model.l2 == 0, dtype=torch.bool)
@@ -545,7 +545,7 @@ class StepFitter(Fitter):
         """The starting point is outside the link's domain: start from the
         intercept-only fit ``b = g(mean(y))``, ``W = 0`` (once)."""
         model = self.model
-        if self.restarted or model.linear.bias is None or model.family.multi_output:
+        if self.restarted or not model.has_intercept or model.family.multi_output:
             return self._finish(False, "the starting point gives eta outside the link's domain "
                                        "or a non-finite loss", warn=True)
         self.restarted = True

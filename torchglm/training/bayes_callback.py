@@ -158,7 +158,7 @@ class BayesianEvaluation(pl.Callback):
         basis = getattr(pl_module, "basis", None)
         with torch.no_grad():
             x = x if basis is None else basis(x)
-        return x.to(pl_module.model.linear.weight.dtype), y
+        return x.to(pl_module.model.param_dtype), y
 
     def run(self, trainer, pl_module) -> dict[str, Any]:
         """The whole analysis on the trainer's data module; returns the report."""

@@ -85,3 +85,61 @@ def test_sparse_multinomial_nb_equals_dense(layout):
     for (name, a), b in zip(sparse.state_dict().items(), dense.state_dict().values()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12, msg=name)
     torch.testing.assert_close(sparse.predict_proba(_sparse(x, layout)), dense.predict_proba(x))
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr"])
+def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout):
+    """A pass's products over a sparse batch (``x W^T``, ``x^T r``, ``(x * x)^T h``)
+    equal the dense ones; the CSR of ``x^T`` is built on the first pass over a batch
+    and reused by the later passes (the fitter's cache), not rebuilt per pass."""
+    from torchglm.solvers.derivatives import SparseRows, _rt_x
+
+    g = torch.Generator().manual_seed(3)
+    dense = torch.rand(300, 40, generator=g, dtype=torch.float64)
+    dense[dense < 0.8] = 0
+    x = dense.to_sparse() if layout == "coo" else dense.to_sparse_csr()
+    W = torch.randn(3, 40, generator=g, dtype=torch.float64)
+    r = torch.randn(300, 3, generator=g, dtype=torch.float64)
+    cache = {}
+    batches = TensorBatches(x, torch.zeros(300), batch_size=128)
+    built = []
+    for _ in range(3):  # three passes over the same batches
+        for i, b in enumerate(batches):
+            rows = SparseRows.of(b.x, cache)
+            sl = slice(128 * i, 128 * i + b.x.shape[0])
+            torch.testing.assert_close(rows @ W.T, dense[sl] @ W.T, rtol=1e-14, atol=1e-14)
+            torch.testing.assert_close(_rt_x(r[sl], rows), r[sl].T @ dense[sl], rtol=1e-13, atol=1e-13)
+            torch.testing.assert_close(_rt_x(r[sl], rows, square=True), r[sl].T @ dense[sl] ** 2,
+                                       rtol=1e-13, atol=1e-13)
+            built.append(id(rows.transposed()))
+    if layout == "csr":  # CSR row slices are views: the same three transposes every pass
+        assert len(cache) == 3 and len(set(built)) == 3
+
+
+def test_sparse_fit_keeps_its_transposes_for_the_fit():
+    """An L-BFGS fit over a CSR design builds each batch's transpose once."""
+    import torchglm.solvers.derivatives as D
+
+    g = torch.Generator().manual_seed(4)
+    dense = torch.rand(2000, 60, generator=g, dtype=torch.float64)
+    dense[dense < 0.9] = 0
+    y = (torch.rand(2000, generator=g) < torch.sigmoid(dense @ torch.randn(60, generator=g,
+                                                                             dtype=torch.float64))).long()
+    calls = []
+    orig = D.torch.argsort
+
+    def counting(*a, **k):
+        calls.append(1)
+        return orig(*a, **k)
+
+    D.torch.argsort = counting
+    try:
+        m = LogisticRegression(60, l2=1e-3, dtype=torch.float64)
+        r = fit(m, dense.to_sparse_csr(), y, solver="lbfgs", batch_size=700)
+    finally:
+        D.torch.argsort = orig
+    assert r.converged and r.extra["passes"] > 5
+    assert len(calls) <= 2 * 3  # x^T and (x*x)^T per batch at most, not per pass
+    md = LogisticRegression(60, l2=1e-3, dtype=torch.float64)
+    fit(md, dense, y, solver="lbfgs", batch_size=700)
+    torch.testing.assert_close(m.coef, md.coef, rtol=1e-8, atol=1e-9)

@@ -187,11 +187,15 @@ class PassSums:
         targets_only: sum only the weights, the row counts and the targets, never
             reading the features (the start pass of a fit from ``theta = 0``, which
             only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
+        sparse_cache: a dict that outlives the pass (the fitter's), where a sparse
+            batch keeps its transposed CSR between passes (:class:`SparseRows`).
     """
 
     def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
-                 saturation: float = 0.0, y_sum: bool = False, targets_only: bool = False):
+                 saturation: float = 0.0, y_sum: bool = False, targets_only: bool = False,
+                 sparse_cache: dict | None = None):
         self.family = model.family
+        self.sparse_cache = sparse_cache
         self.penalty = L2Penalty(model.l2)
         m, d = model.n_outputs, model.n_features
         self.m, self.d = m, d
@@ -240,8 +244,8 @@ class PassSums:
             return self._add_targets(batch.y, batch.offset, batch.weight)
         x = batch.x.to(self.theta.dtype)
         if x.layout != torch.strided:
-            # Sparse counts (bag of words) stay sparse: COO supports every product below.
-            x = x.to_sparse_coo()
+            # Sparse counts (bag of words) stay sparse, in CSR with a cached CSR of x^T.
+            x = SparseRows.of(x, self.sparse_cache)
         rows = _fused_rows(x)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
@@ -355,6 +359,7 @@ class PassSums:
         m, d = self.m, self.d
         md = m * d
         blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
+        x = x.coo
         H, xt = self.hess, x.t()
         for k in range(m):
             for l in range(k, m):
@@ -466,12 +471,74 @@ def _chunk_rows(x: torch.Tensor, width: int, cpu_budget: int = 2**16) -> int:
     return max(256, budget // max(width, 1))
 
 
-def _rt_x(r: torch.Tensor, x: torch.Tensor, square: bool = False) -> torch.Tensor:
+class SparseRows:
+    """A sparse batch of rows for the products of a pass, kept in CSR.
+
+    ``x @ W^T`` is a CSR product; the products back onto ``x`` (gradient ``x^T r``,
+    diagonal ``(x * x)^T h``, Hessian-vector products) use a CSR of ``x^T`` (and of
+    ``(x * x)^T`` when asked), built once and kept in ``cache`` (the fitter's dict)
+    for the later passes over the same batch: measured on a 25,000 x 10,000 design
+    with 150 entries per row (one thread), ``x^T r`` takes 9 ms this way against
+    220 ms through COO (and 380 ms as a transposed CSR), for one 180 ms build. A
+    batch is known again by its column-index and value storage (the contiguous row
+    slices of :class:`~torchglm.data.batches.TensorBatches` are views); the entry
+    holds those tensors, so their memory cannot be reused while it lives. The
+    Hessian of a sparse design (small ``d``) is formed from the COO form.
+    """
+
+    is_sparse = True
+
+    def __init__(self, csr: torch.Tensor, entry: dict):
+        self.csr, self.entry = csr, entry
+        self.shape, self.dtype, self.device = csr.shape, csr.dtype, csr.device
+
+    @classmethod
+    def of(cls, x: torch.Tensor, cache: dict | None) -> "SparseRows":
+        csr = x if x.layout == torch.sparse_csr else x.to_sparse_csr()
+        col, values = csr.col_indices(), csr.values()
+        key = (col.data_ptr(), values.data_ptr(), values.numel(), tuple(csr.shape),
+               csr.dtype, str(csr.device))
+        entry = None if cache is None else cache.get(key)
+        if entry is None:
+            entry = {"pinned": (col, values, csr.crow_indices())}
+            if cache is not None:
+                cache[key] = entry
+        return cls(csr, entry)
+
+    def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
+        return self.csr @ w
+
+    def transposed(self, square: bool = False) -> torch.Tensor:
+        """CSR of ``x^T`` (or of ``(x * x)^T``), built on first use."""
+        name = "t_square" if square else "t"
+        if name not in self.entry:
+            csr = self.csr
+            n, d = csr.shape
+            col, values = csr.col_indices(), csr.values()
+            rows = torch.repeat_interleave(torch.arange(n, device=col.device),
+                                           csr.crow_indices().diff())
+            order = torch.argsort(col, stable=True)  # by column, rows ascending within
+            ccol = torch.zeros(d + 1, dtype=col.dtype, device=col.device)
+            ccol[1:] = torch.bincount(col, minlength=d).cumsum(0)
+            v = values[order]
+            self.entry[name] = torch.sparse_csr_tensor(ccol, rows[order].to(col.dtype),
+                                                       v * v if square else v, size=(d, n))
+        return self.entry[name]
+
+    @property
+    def coo(self) -> torch.Tensor:
+        if "coo" not in self.entry:
+            self.entry["coo"] = self.csr.to_sparse_coo().coalesce()
+        return self.entry["coo"]
+
+
+def _rt_x(r: torch.Tensor, x, square: bool = False) -> torch.Tensor:
     """``r^T x`` (or ``r^T (x * x)`` with ``square``) for a dense ``r`` (n, m) and a
-    dense or sparse COO ``x`` (n, d); dense products are summed over row chunks, so
-    neither ``x * x`` nor a badly shaped ``(m x n) (n x d)`` product is formed whole."""
-    if x.is_sparse:
-        return (x.t() @ r).T if not square else ((x * x).t() @ r).T
+    dense ``x`` (n, d) or :class:`SparseRows`; dense products are summed over row
+    chunks, so neither ``x * x`` nor a badly shaped ``(m x n) (n x d)`` product is
+    formed whole."""
+    if isinstance(x, SparseRows):
+        return (x.transposed(square) @ r).T
     n = x.shape[0]
     rows = _chunk_rows(x, x.shape[1])
     if not square and (r.shape[1] == 1 or rows >= n):

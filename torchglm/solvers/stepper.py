@@ -142,6 +142,8 @@ class StepFitter(Fitter):
                                   and model.family.is_classifier)
         self.saturation = saturation
         self.handoff = handoff
+        # Sparse batches' transposed CSR, kept across passes (derivatives.SparseRows).
+        self.sparse_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
         self.done = False
@@ -251,7 +253,8 @@ class StepFitter(Fitter):
     def start_pass(self) -> None:
         self.sums = PassSums(self.model, self.theta, self.pass_curvature(),
                              self.saturation if self.detect_separation else 0.0,
-                             y_sum=self.base is None, targets_only=self.start_pending)
+                             y_sum=self.base is None, targets_only=self.start_pending,
+                             sparse_cache=self.sparse_cache)
 
     def accumulate(self, batch) -> None:
         self.sums.add(batch)

@@ -510,8 +510,13 @@ class SparseRows:
 
     def transposed(self, square: bool = False) -> torch.Tensor:
         """CSR of ``x^T`` (or of ``(x * x)^T``), built on first use."""
-        name = "t_square" if square else "t"
-        if name not in self.entry:
+        if square:
+            if "t_square" not in self.entry:
+                t = self.transposed()  # the same pattern, squared values
+                self.entry["t_square"] = torch.sparse_csr_tensor(
+                    t.crow_indices(), t.col_indices(), t.values() ** 2, size=t.shape)
+            return self.entry["t_square"]
+        if "t" not in self.entry:
             csr = self.csr
             n, d = csr.shape
             col, values = csr.col_indices(), csr.values()
@@ -520,10 +525,9 @@ class SparseRows:
             order = torch.argsort(col, stable=True)  # by column, rows ascending within
             ccol = torch.zeros(d + 1, dtype=col.dtype, device=col.device)
             ccol[1:] = torch.bincount(col, minlength=d).cumsum(0)
-            v = values[order]
-            self.entry[name] = torch.sparse_csr_tensor(ccol, rows[order].to(col.dtype),
-                                                       v * v if square else v, size=(d, n))
-        return self.entry[name]
+            self.entry["t"] = torch.sparse_csr_tensor(ccol, rows[order].to(col.dtype),
+                                                      values[order], size=(d, n))
+        return self.entry["t"]
 
     @property
     def coo(self) -> torch.Tensor:

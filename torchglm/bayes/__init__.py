@@ -19,6 +19,7 @@ from .metrics import format_table, predictive_metrics
 from .predictive import Predictive, predictive, probit_approximation
 from .prior import GaussianPrior
 from .sampling import PosteriorSamples, sample_posterior
+from .svi import SVIPosterior, svi_posterior
 from .variational import VariationalPosterior, jj_lambda, local_xi, variational_posterior
 from .selection import (EvidenceFixedPoint, LambdaCurve, default_lambdas, evidence_curve, evidence_fixed_point,
                         validation_curve, variational_curve)
@@ -33,6 +34,8 @@ __all__ = [
     "probit_approximation",
     "PosteriorSamples",
     "sample_posterior",
+    "SVIPosterior",
+    "svi_posterior",
     "LambdaCurve",
     "default_lambdas",
     "evidence_curve",

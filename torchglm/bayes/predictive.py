@@ -28,6 +28,7 @@ from .._validation import check_features, check_positive, fail
 from ._layout import check_model, linear_predictor, n_bias, n_weights
 from .laplace import LaplacePosterior
 from .sampling import PosteriorSamples
+from .svi import SVIPosterior
 from .variational import VariationalPosterior
 
 __all__ = ["Predictive", "predictive", "probit_approximation"]
@@ -61,7 +62,7 @@ def probit_approximation(mu_a: torch.Tensor, var_a: torch.Tensor) -> torch.Tenso
     return torch.sigmoid(mu_a * torch.rsqrt(1.0 + math.pi * var_a / 8.0))
 
 
-def _gaussian_moments(model, post: LaplacePosterior | VariationalPosterior, x: torch.Tensor):
+def _gaussian_moments(model, post: LaplacePosterior | VariationalPosterior | SVIPosterior, x: torch.Tensor):
     """``mu_a`` and ``sigma_a^2`` (or the K x K covariance) of ``eta`` under ``N(m, S)``."""
     k, d = model.n_outputs, model.n_features
     xt = torch.cat([x, torch.ones_like(x[:, :1])], 1) if post.shape[2] else x
@@ -112,7 +113,7 @@ def _monte_carlo(model, samples: torch.Tensor, x: torch.Tensor, chunk: int = 256
     return proba, proba_var, eta_mean, eta_var
 
 
-def predictive(model, posterior: LaplacePosterior | VariationalPosterior | PosteriorSamples,
+def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPosterior | PosteriorSamples,
                x: torch.Tensor,
                method: str = "auto", n_samples: int = 4000,
                generator: torch.Generator | None = None) -> Predictive:
@@ -121,8 +122,8 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | Poste
     Args:
         model: the GLM the posterior belongs to (its family and link give ``mu``).
         posterior: a Gaussian posterior (:class:`LaplacePosterior`,
-            :class:`~torchglm.bayes.variational.VariationalPosterior`) or MCMC
-            :class:`PosteriorSamples`.
+            :class:`~torchglm.bayes.variational.VariationalPosterior`,
+            :class:`~torchglm.bayes.svi.SVIPosterior`) or MCMC :class:`PosteriorSamples`.
         x: features (n, n_features).
         method: ``"probit"`` (logistic, Laplace: ``sigma(kappa mu_a)``), ``"exact"``
             (probit link, Laplace: ``Phi(mu_a / sqrt(1 + sigma_a^2))``), ``"mc"``
@@ -149,8 +150,8 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | Poste
     check_features("x", x, model.n_features)
     if method not in _METHODS:
         raise fail("method", f"one of {list(_METHODS)}", repr(method))
-    if not isinstance(posterior, (LaplacePosterior, VariationalPosterior, PosteriorSamples)):
-        raise fail("posterior", "a LaplacePosterior, VariationalPosterior or PosteriorSamples",
+    if not isinstance(posterior, (LaplacePosterior, VariationalPosterior, SVIPosterior, PosteriorSamples)):
+        raise fail("posterior", "a LaplacePosterior, VariationalPosterior, SVIPosterior or PosteriorSamples",
                    type(posterior).__name__)
     p = n_weights(model) + n_bias(model)
     got = posterior.samples.shape[-1] if isinstance(posterior, PosteriorSamples) else posterior.mean.shape[-1]

@@ -169,6 +169,17 @@ class Fitter:
     #: set by end_pass when the fit is over (converged, failed or out of iterations).
     done: bool = False
     result: FitResult
+    #: the solver's own computation dtype (``None``: the model's); Newton-type and
+    #: direct solvers set float64.
+    default_dtype: torch.dtype | None = None
+
+    @classmethod
+    def compute_dtype(cls, model, dtype: torch.dtype | None = None) -> torch.dtype:
+        """The dtype a fit computes in, decided here only: the requested ``dtype``,
+        else the solver's :attr:`default_dtype`, else the model's parameter dtype
+        (:func:`~torchglm.solvers.fit` may request float32 for a large ``auto`` Newton
+        fit and then polishes in float64)."""
+        return dtype or cls.default_dtype or model.param_dtype
 
     def start_pass(self) -> None:
         raise NotImplementedError

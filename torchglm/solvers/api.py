@@ -155,7 +155,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
         d = model.n_features
         flops = x.shape[0] * (d + 1) * hessian_cost(model)
         dtype = torch.float32 if flops >= AUTO_FLOAT32_MIN_FLOPS else None
-    work = dtype or getattr(cls, "default_dtype", None) or model.param_dtype
+    work = cls.compute_dtype(model, dtype)
     if polish is None:
         polish = work.itemsize < 8
     stages = [work, torch.float64] if polish and work != torch.float64 else [work]

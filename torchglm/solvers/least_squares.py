@@ -58,7 +58,7 @@ class QRFitter(Fitter):
                        f"family '{model.family.name}' with link '{model.family.link.name}'")
         self.model = model
         self.max_iter = 2 if max_iter is None else max_iter
-        self.dtype = dtype or self.default_dtype
+        self.dtype = self.compute_dtype(model, dtype)
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
         self.done = False

@@ -114,8 +114,6 @@ class StepFitter(Fitter):
     name = ""
     curvature: str | None = None
     default_max_iter = 100
-    #: ``None``: compute in the model's dtype.
-    default_dtype: torch.dtype | None = None
     #: whether :meth:`direction` is a Newton-type step with an exact decrement
     #: (otherwise the fit finishes with Newton-type steps; module docstring).
     exact = False
@@ -137,7 +135,7 @@ class StepFitter(Fitter):
         self.model = model
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
         self.armijo, self.max_halvings = armijo, max_halvings
-        self.dtype = dtype or self.default_dtype or model.param_dtype
+        self.dtype = self.compute_dtype(model, dtype)
         self.detect_separation = (detect_separation and model.l2 == 0
                                   and model.family.is_classifier)
         self.saturation = saturation

@@ -192,6 +192,24 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         b = theta[..., m:] if self.n_bias else None
         return linear_predictor(x, W, b, offset, self.family.multi_output)
 
+    def flat_parameters(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``theta = [W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype``
+        (the model's when ``None``)."""
+        parts = [self.linear.weight.detach().reshape(-1)]
+        if self.linear.bias is not None:
+            parts.append(self.linear.bias.detach())
+        theta = torch.cat(parts)
+        return theta.to(dtype) if dtype is not None else theta.clone()
+
+    def set_flat_parameters(self, theta: torch.Tensor) -> None:
+        """Write a flat ``theta = [W.reshape(-1), b]`` into the parameters (cast to
+        their dtype), without recording it for autograd."""
+        m, d = self.linear.weight.shape
+        with torch.no_grad():
+            self.linear.weight.copy_(theta[: m * d].view(m, d))
+            if self.linear.bias is not None:
+                self.linear.bias.copy_(theta[m * d:])
+
     def parameter_names(self, feature_names: list[str] | None = None) -> list[str]:
         """Names of ``theta``'s entries, in its order.
 

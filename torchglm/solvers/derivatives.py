@@ -120,23 +120,15 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
 
 # -- parameter layout -----------------------------------------------------------
 def flat_parameters(model, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``[W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype``."""
-    lin = model.linear
-    parts = [lin.weight.detach().reshape(-1)]
-    if lin.bias is not None:
-        parts.append(lin.bias.detach())
-    theta = torch.cat(parts)
-    return theta.to(dtype) if dtype is not None else theta.clone()
+    """``[W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype`` (the
+    model's :meth:`~torchglm.models.GeneralizedLinearModel.flat_parameters`)."""
+    return model.flat_parameters(dtype)
 
 
 def set_flat_parameters(model, theta: torch.Tensor) -> None:
-    """Write a flat ``[W.reshape(-1), b]`` vector into the model (in its dtype)."""
-    lin = model.linear
-    m, d = lin.weight.shape
-    with torch.no_grad():
-        lin.weight.copy_(theta[: m * d].view(m, d))
-        if lin.bias is not None:
-            lin.bias.copy_(theta[m * d:])
+    """Write a flat ``[W.reshape(-1), b]`` vector into the model (in its dtype; the
+    model's :meth:`~torchglm.models.GeneralizedLinearModel.set_flat_parameters`)."""
+    model.set_flat_parameters(theta)
 
 
 def parameter_names(model) -> list[str]:
@@ -236,7 +228,9 @@ class PassSums:
         if self.scalar:
             eta = eta.squeeze(-1)
         if offset is not None:
-            eta = eta + offset.to(eta.dtype)
+            # one value per sample, added to every output's eta (the model's linear_predictor)
+            offset = offset.to(eta.dtype)
+            eta = eta + (offset if self.scalar else offset.unsqueeze(-1))
         return eta
 
     def add(self, batch: Batch) -> None:

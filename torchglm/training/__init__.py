@@ -4,9 +4,10 @@ Importing this package is cheap; its classes import Lightning on first access
 (``torchglm.training.GLMTask``), so ``torchglm --help`` answers at once.
 """
 
-__all__ = ["GLMDataModule", "GLMMetrics", "GLMTask"]
+__all__ = ["BayesianEvaluation", "GLMDataModule", "GLMMetrics", "GLMTask"]
 
-_HOMES = {"GLMDataModule": ".data_module", "GLMMetrics": ".metrics", "GLMTask": ".task"}
+_HOMES = {"BayesianEvaluation": ".bayes_callback", "GLMDataModule": ".data_module",
+          "GLMMetrics": ".metrics", "GLMTask": ".task"}
 
 
 def __getattr__(name: str):

@@ -46,7 +46,10 @@ def glm_results(
     Softmax regression is reported as contrasts ``w_k - w_0`` against class 0
     (statsmodels' ``MNLogit`` parametrization): they are estimable although the
     symmetric parameters are not, and ``J G J^T`` is their covariance for any
-    generalized inverse ``G`` of the information.
+    generalized inverse ``G`` of the information. Its offset is the model's: one
+    value per sample added to every class's ``eta``, which the class probabilities
+    do not see (``softmax(eta + o 1) = softmax(eta)``); the results equal those
+    without it, and a note says so.
 
     Args:
         model: a fitted :class:`~torchglm.models.GeneralizedLinearModel`.
@@ -70,9 +73,8 @@ def glm_results(
         A :class:`GLMResults`.
 
     Raises:
-        InputError: missing or duplicated data, an unknown ``information``,
-            offsets with softmax regression, or parameters where the Hessian is
-            not finite.
+        InputError: missing or duplicated data, an unknown ``information``, or
+            parameters where the Hessian is not finite.
 
     Example:
         >>> m = GeneralizedLinearModel(2, "poisson")
@@ -214,6 +216,11 @@ def _notes(model, fs: _FitStats, est: _Estimate, unidentified, diverging, fit_re
         notes.append(
             "softmax coefficients are reported as contrasts w_k - w_0 against class 0 "
             "(statsmodels' MNLogit parametrization; the fitted probabilities are unchanged)"
+        )
+    if fs.shift_offset:
+        notes.append(
+            "the offset is added to every class's eta; softmax probabilities are invariant to a "
+            "common shift, so it changes no estimate (a class-specific offset is not supported)"
         )
     if unidentified:
         notes.append(

@@ -142,6 +142,7 @@ class _FitStats(NamedTuple):
     null_deviance: float
     saturated: int
     null_b0: torch.Tensor | None
+    shift_offset: bool = False  # softmax with an offset: a common shift of every class's eta
 
 
 def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
@@ -173,16 +174,23 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
 
 
 def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
-    """Softmax regression: contrasts against class 0, multinomial log-likelihoods."""
+    """Softmax regression: contrasts against class 0, multinomial log-likelihoods.
+
+    An offset ``o_i`` is added to every class's ``eta_ik`` (the model's
+    ``linear_predictor``), as for the scalar families. ``softmax(eta_i + o_i 1) =
+    softmax(eta_i)``, so it changes neither the likelihood nor its derivatives, and the
+    intercept-only model ``eta_ik = b_k + o_i`` still has the MLE ``p_k = n_k / n``:
+    ``llnull`` from the class counts stays exact.
+    """
     fam = model.family
     K, d = model.n_outputs, model.n_features
     has_bias = model.n_bias > 0
     device = flat_parameters(model).device
     counts = torch.zeros(K, dtype=dtype, device=device)
     S, rows, nll_sum, saturated = (torch.zeros((), dtype=dtype, device=device) for _ in range(4))
+    shifted = False
     for batch in batches:
-        if batch.offset is not None:
-            raise fail("offset", "no offsets for softmax-regression inference", "offsets")
+        shifted |= batch.offset is not None
         eta, yb, w = _batch_eta(model, batch, dtype)
         w = torch.ones(eta.shape[0], dtype=dtype, device=device) if w is None else w
         nll = fam.nll(eta, yb)
@@ -212,4 +220,5 @@ def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
         names=names, J=J, S=S, nobs=float(S), n_rows=int(rows), n_constants=(K - 1) if has_bias else 0,
         scale=1.0, scale_from_pearson=False, concentrated=False, pearson=float("nan"), llf=llf, llnull=llnull,
         deviance=-2 * llf, null_deviance=-2 * llnull, saturated=int(saturated), null_b0=None,
+        shift_offset=shifted,
     )

@@ -95,3 +95,80 @@ def test_weight_column_errors(tmp_path):
         GLMDataModule(str(path), target="y", weight="trials").setup()
     with pytest.raises(InputError, match="unset for the built-in dataset"):
         GLMDataModule("iris", weight="w").setup()
+
+
+def _train_poisson(tmp_path: Path, standardize: bool) -> tuple[Path, Path]:
+    path = _write(tmp_path, "poisson")
+    run_dir = tmp_path / "run"
+    config = tmp_path / "config.yaml"
+    config.write_text(f"""
+model:
+  model:
+    class_path: torchglm.GeneralizedLinearModel
+    init_args:
+      family: poisson
+  solver: irls
+data:
+  source: {path}
+  target: y
+  offset: log_exposure
+  standardize: {str(standardize).lower()}
+trainer:
+  max_epochs: 50
+  enable_progress_bar: false
+""")
+    assert main(["--config", str(config), "--run_dir", str(run_dir)]) == 0
+    return path, run_dir
+
+
+def test_predict_adds_the_offset_column(tmp_path, capsys):
+    """A model trained with ``data.offset: log_exposure`` predicts
+    ``exp(b + x w + log_exposure)``: equal to statsmodels' ``GLM.predict(exog,
+    offset=...)`` of the same fit on the training split (features standardized by the
+    run, the offset not), from a CSV (the column among others, in any order) and from an
+    NPZ of column arrays. A file without the column is one ``error:`` line, exit 2."""
+    path, run_dir = _train_poisson(tmp_path, standardize=True)
+    dm = GLMDataModule(str(path), target="y", offset="log_exposure")
+    dm.setup()
+    x_tr, y_tr = (t.numpy() for t in dm.split("train"))
+    o_tr = dm._extras["train"][1].numpy()
+    ref = sm.GLM(y_tr, sm.add_constant(x_tr), family=sm.families.Poisson(), offset=o_tr).fit()
+    df = pd.read_csv(path)
+    new = df.sample(frac=1.0, random_state=1).iloc[:60]
+    new = new[["log_exposure", "y", "b", "a"]]       # other order, target kept
+    z = (new[["a", "b"]].to_numpy() - dm.feature_mean.numpy()) / dm.feature_scale.numpy()
+    want = ref.predict(sm.add_constant(z, has_constant="add"), offset=new["log_exposure"].to_numpy())
+    inp, out = tmp_path / "new.csv", tmp_path / "pred.csv"
+    new.to_csv(inp, index=False)
+    assert main(["predict", "--run_dir", str(run_dir), "--input", str(inp), "--output", str(out)]) == 0
+    got = pd.read_csv(out)["mean"].to_numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    # the offset matters here: without it the means would be off by the exposure
+    assert np.abs(np.log(got) - np.log(want / np.exp(new["log_exposure"].to_numpy()))).max() > 0.5
+    npz, out_npz = tmp_path / "new.npz", tmp_path / "pred.npz"
+    np.savez(npz, **{c: new[c].to_numpy() for c in new.columns})
+    assert main(["predict", "--run_dir", str(run_dir), "--input", str(npz), "--output", str(out_npz)]) == 0
+    np.testing.assert_allclose(np.load(out_npz)["mean"], want, rtol=1e-6)
+    capsys.readouterr()
+
+    def refused(frame_or_path, message):
+        code = main(["predict", "--run_dir", str(run_dir), "--input", str(frame_or_path),
+                     "--output", str(tmp_path / "never.csv")])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 2
+        assert len(err) == 1 and err[0].startswith("error: input: expected the offset column "
+                                                   "'log_exposure'") and message in err[0], err
+        assert not (tmp_path / "never.csv").exists()
+
+    no_offset = tmp_path / "no_offset.csv"
+    new[["a", "b"]].to_csv(no_offset, index=False)
+    refused(no_offset, "with columns [a, b]")
+    no_header = tmp_path / "no_header.csv"
+    new[["a", "b", "log_exposure"]].to_csv(no_header, index=False, header=False)
+    refused(no_header, "its columns have no names")
+    plain = tmp_path / "plain.npy"
+    np.save(plain, new[["a", "b"]].to_numpy())
+    refused(plain, "its columns have no names")
+    npz_without = tmp_path / "without.npz"
+    np.savez(npz_without, a=new["a"].to_numpy(), b=new["b"].to_numpy())
+    refused(npz_without, "with columns [a, b]")

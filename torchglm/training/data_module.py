@@ -304,8 +304,9 @@ class GLMDataModule(pl.LightningDataModule):
     # -- resumable shuffling --------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
         """The shuffling generator's state, saved in every checkpoint, so a run resumed
-        from a checkpoint draws the same permutations as an uninterrupted run."""
-        return {"shuffle_generator": self._generator.get_state()}
+        from a checkpoint draws the same permutations as an uninterrupted run; and the
+        name of the offset column, which ``torchglm predict`` reads from its input."""
+        return {"shuffle_generator": self._generator.get_state(), "offset_column": self.offset_column}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._generator.set_state(state_dict["shuffle_generator"])

@@ -10,6 +10,10 @@ header, an NPZ ``X`` array, a plain 2-D ``.npy``): then the file must have
 exactly the model's number of columns. A CSV's first row is its header unless
 every cell of it is a number (``--header``/``--no-header`` decide explicitly);
 a UTF-8 byte-order mark is ignored.
+
+A model trained with an offset column (``data.offset`` in the config) adds that
+column to eta at prediction too: the input must name it (a CSV header, an NPZ
+array, a structured ``.npy`` field), as the training file did.
 """
 
 from __future__ import annotations
@@ -22,11 +26,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .._validation import check_finite, fail
+from .._validation import InputError, check_finite, fail
 from ..data.files import read_table
 from .checkpoints import load_checkpoint, model_checkpoint_of
 
-__all__ = ["predict", "predict_main", "read_features"]
+__all__ = ["predict", "predict_main", "read_features", "read_inputs"]
 
 
 def _names(names: list[str], limit: int = 8) -> str:
@@ -44,7 +48,8 @@ def _is_number(cell: str) -> bool:
 
 
 def read_features(path: str | Path, features: list[str], header: bool | None = None) -> np.ndarray:
-    """The model's feature columns of a CSV/NPZ/NPY file as an ``(n, d)`` float64 array.
+    """The model's feature columns of a CSV/NPZ/NPY file as an ``(n, d)`` float64 array
+    (:func:`read_inputs` without an offset column).
 
     Args:
         path: the file.
@@ -56,14 +61,64 @@ def read_features(path: str | Path, features: list[str], header: bool | None = N
         InputError: a missing file or a directory; a named file without one of the
             model's columns; an unnamed file whose width is not the model's.
     """
+    return read_inputs(path, features, None, header)[0]
+
+
+def read_inputs(path: str | Path, features: list[str], offset: str | None = None,
+                header: bool | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+    """The model's feature columns ``(n, d)`` and, for a model trained with an offset,
+    its offset column ``(n,)`` (float64), from a CSV/NPZ/NPY file.
+
+    Args:
+        path: the file.
+        features: the model's feature names, in the model's order.
+        offset: the name of the offset column the model was trained with, or ``None``.
+        header: for a CSV, whether the first row names the columns (``None``: it
+            does unless every cell of it is a number).
+
+    Raises:
+        InputError: as :func:`read_features`; and, with ``offset``, a file that does not
+            name that column (a missing column, a CSV without a header, a plain ``.npy``).
+    """
     path = Path(path)
     if path.is_dir():
         raise fail("input", "a data file", f"'{path}' (a directory)")
     if not path.is_file():
         raise fail("input", "an existing data file", f"'{path}' (not found)")
-    d = len(features)
     if path.suffix.lower() == ".csv":
-        return _read_csv(path, features, header)
+        return _read_csv(path, features, header, offset)
+    x = _read_array(path, features)
+    return x, None if offset is None else _read_offset_array(path, offset, x.shape[0])
+
+
+def _missing_offset(path: Path, offset: str, names: list[str] | None) -> InputError:
+    got = f"'{path}' with columns {_names(names)}" if names else f"'{path}' (its columns have no names)"
+    return fail("input", f"the offset column '{offset}' the model was trained with (it is added to eta; "
+                "the file must name it)", got)
+
+
+def _read_offset_array(path: Path, offset: str, n: int) -> np.ndarray:
+    """The offset column of an NPZ (an array of that name) or a structured ``.npy``."""
+    if path.suffix.lower() == ".npz":
+        with np.load(path, allow_pickle=False) as z:
+            names, col = list(z.files), (z[offset] if offset in z.files else None)
+    else:
+        arr = np.load(path, allow_pickle=False, mmap_mode="r")
+        names = list(arr.dtype.names or [])
+        col = arr[offset] if offset in names else None
+    if col is None:
+        raise _missing_offset(path, offset, names)
+    try:
+        col = np.asarray(col, dtype=np.float64)
+    except (ValueError, TypeError):
+        raise fail(f"input '{path}' offset column '{offset}'", "numeric values", f"dtype {col.dtype}") from None
+    if col.shape != (n,):
+        raise fail(f"input '{path}' offset column '{offset}'", f"one value per row, shape ({n},)", col.shape)
+    return col
+
+
+def _read_array(path: Path, features: list[str]) -> np.ndarray:
+    d = len(features)
     if path.suffix.lower() == ".npz":
         try:
             with np.load(path, allow_pickle=False) as z:
@@ -95,7 +150,8 @@ def read_features(path: str | Path, features: list[str], header: bool | None = N
     return read_table(path, features=features, require_target=False).x
 
 
-def _read_csv(path: Path, features: list[str], header: bool | None) -> np.ndarray:
+def _read_csv(path: Path, features: list[str], header: bool | None,
+              offset: str | None) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first name.
         with path.open(newline="", encoding="utf-8-sig") as fh:
@@ -120,9 +176,15 @@ def _read_csv(path: Path, features: list[str], header: bool | None) -> np.ndarra
             )
         if len(set(names)) != len(names):
             raise fail("input", "unique column names", f"'{path}' with columns {_names(names)}")
+        if offset is not None and offset not in names:
+            raise _missing_offset(path, offset, names)
         index = [names.index(n) for n in features]
+        if offset is not None:
+            index.append(names.index(offset))
         width = len(names)
     else:
+        if offset is not None:
+            raise _missing_offset(path, offset, None)
         index, width = list(range(d)), len(rows[0])
         if width != d:
             raise fail(
@@ -133,7 +195,8 @@ def _read_csv(path: Path, features: list[str], header: bool | None) -> np.ndarra
             )
     if not rows:
         raise fail("input", "at least one data row", f"'{path}' (only a header)")
-    x = np.empty((len(rows), d))
+    columns = features if offset is None else [*features, offset]
+    x = np.empty((len(rows), len(index)))
     for i, row in enumerate(rows):
         line = i + 1 + bool(header)
         if len(row) != width:
@@ -143,26 +206,33 @@ def _read_csv(path: Path, features: list[str], header: bool | None) -> np.ndarra
                 x[i, j] = float(row[k])
             except ValueError:
                 raise fail(
-                    f"input '{path}' line {line} column '{features[j]}'", "a number", repr(row[k])
+                    f"input '{path}' line {line} column '{columns[j]}'", "a number", repr(row[k])
                 ) from None
-    return x
+    return (x, None) if offset is None else (x[:, :d], x[:, d])
 
 
 def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header: bool | None = None) -> Path:
     """Write predictions of a checkpointed model for the rows of a CSV/NPZ/NPY file.
 
-    Features are standardized as in training. Classifiers get one probability
+    Features are standardized as in training; a model trained with an offset column
+    adds the input's column of that name to eta (``eta = x W^T + b + offset``),
+    unstandardized, as in training. Classifiers get one probability
     column per class ``p_0..p_{K-1}`` and ``label``; regression models get
     ``mean``. A ``.npz`` output holds arrays ``proba``/``label`` (or ``mean``);
     anything else is written as CSV, atomically.
 
     Raises:
         InputError: an unreadable checkpoint or input, missing or extra unnamed
-            columns, NaN/inf, an output path that cannot be written.
+            columns, a missing offset column, NaN/inf, an output path that cannot
+            be written.
     """
-    from .task import GLMTask  # Lightning, only when predicting
+    from .data_module import GLMDataModule  # Lightning, only when predicting
+    from .task import GLMTask
 
-    load_checkpoint(ckpt_path)  # one clear error for a missing, truncated or foreign file
+    # one clear error for a missing, truncated or foreign file
+    ckpt = load_checkpoint(ckpt_path)
+    # the data module's state names its offset column (checkpoints before it: none)
+    offset_name = (ckpt.get(GLMDataModule.__qualname__) or {}).get("offset_column")
     try:
         task = GLMTask.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=False)
     except (TypeError, KeyError, RuntimeError) as err:
@@ -172,10 +242,18 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
             f"'{ckpt_path}' ({type(err).__name__})",
         ) from None
     task.eval()
-    x = torch.as_tensor(read_features(input, task.feature_names, header), dtype=torch.float64)
+    x_np, offset_np = read_inputs(input, task.feature_names, offset_name, header)
+    x = torch.as_tensor(x_np, dtype=torch.float64)
     check_finite("X", x)
-    mu = task.predict_proba(x)
-    label = task.predict(x)
+    offset = None
+    if offset_np is not None:
+        offset = torch.as_tensor(offset_np, dtype=torch.float64)
+        check_finite(f"offset column '{offset_name}'", offset)
+        offset = offset.to(task.data_dtype)  # as the data module casts it for training
+    family = task.model.family
+    with torch.no_grad():
+        eta = task(task.standardize(x), offset)
+    mu, label = family.mean(eta), family.predict(eta)
     if task.model.family.is_classifier:
         proba = mu if mu.dim() == 2 else torch.stack([1 - mu, mu], dim=1)
         columns = {f"p_{k}": proba[:, k] for k in range(proba.shape[1])} | {"label": label}

@@ -8,6 +8,7 @@ evaluated here in float64 and reported as the gap to the best one.
 
     python bench/sparse.py                # ~1 minute
     python bench/sparse.py --threads 2
+    python bench/sparse.py --torchglm /path/to/old/checkout --repeats 1 --out /tmp/before.json
 
 Writes bench/results/sparse.json.
 """
@@ -46,7 +47,13 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--torchglm", default=None, metavar="CHECKOUT", help="import torchglm from this checkout")
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "sparse.json"))
     args = ap.parse_args()
+    if args.torchglm:
+        import sys
+
+        sys.path.insert(0, os.path.abspath(args.torchglm))
     torch.set_num_threads(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
     warnings.simplefilter("ignore")
@@ -61,7 +68,9 @@ def main():
     def tg():
         m = LogisticRegression(d, l2=ALPHA, dtype=torch.float64)
         r = fit(m, X, y, solver="auto")
-        return m.coef.detach().numpy().ravel(), float(m.intercept.detach()), r.n_iter, r.converged
+        # (linear.* reads: the bench also runs older checkouts, before the GLM accessors)
+        return (m.linear.weight.detach().numpy().ravel(), float(m.linear.bias.detach()), r.n_iter,
+                r.converged)
 
     def sk(solver):
         def run():
@@ -81,14 +90,16 @@ def main():
     for name, r in rows.items():
         r["gap"] = r["objective"] - best
         print(f"{name:20s} {r['time_s']:7.3f} s  {r['n_iter']:4d} it  gap {r['gap']:.2e}")
+    import torchglm
+
     out = {"problem": {"n": n, "d": d, "nnz_per_row": 150, "alpha": ALPHA},
+           "torchglm": os.path.dirname(torchglm.__file__),
            "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
                        "torch": torch.__version__},
            "methods": rows}
-    path = os.path.join(os.path.dirname(__file__), "results", "sparse.json")
-    with open(path, "w") as fh:
+    with open(args.out, "w") as fh:
         json.dump(out, fh, indent=1)
-    print("wrote", path)
+    print("wrote", args.out)
 
 
 if __name__ == "__main__":

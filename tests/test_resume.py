@@ -25,9 +25,12 @@ def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
 
 
 class KillMidEpoch(pl.Callback):
-    """SIGKILL (no cleanup) after batch ``batch`` of epoch ``epoch``: mid-epoch, mid-pass."""
+    """SIGKILL (no cleanup) after Lightning batch ``batch`` of epoch ``epoch``: mid-pass
+    for pass-based fits; for sgd in step blocks (tiny.yaml: the epoch's four
+    mini-batches in one block) after the block's steps, before the epoch's
+    validation and checkpoint."""
 
-    def __init__(self, epoch: int, batch: int = 1):
+    def __init__(self, epoch: int, batch: int = 0):
         self.epoch, self.batch = epoch, batch
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
@@ -49,7 +52,8 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     full = _train(tmp_path / "full", *extra)
     assert full.returncode == 0, full.stderr[-2000:]
 
-    # tiny.yaml: 120 training rows in batches of 32, so batch 1 is mid-epoch (mid-pass)
+    # tiny.yaml: 120 training rows in batches of 32, so batch 0 is mid-pass (a block
+    # fit killed between blocks: tests/test_sgd_blocks.py)
     killed = _train(tmp_path / "killed", *extra, "--trainer.callbacks+=test_resume.KillMidEpoch",
                     "--trainer.callbacks.epoch", "8" if solver == "lbfgs" else "3")
     assert killed.returncode == -9  # SIGKILL: no cleanup ran

@@ -4,6 +4,9 @@ Batches are index slices of in-memory tensors (:class:`TensorBatches`); the
 dataloaders Lightning asks for are those re-iterable slices themselves, so an
 epoch costs one ``randperm`` and one gather per batch, never per-sample
 ``__getitem__`` + collate (``bench/sgd_epoch.py`` measures the difference).
+For an SGD fit in step blocks the task sets :attr:`GLMDataModule.steps_per_block`
+and the training dataloader yields :class:`~torchglm.data.batches.BatchBlock` s of
+that many batches (the same batches, in the same order).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from .._validation import (
     check_weight,
     fail,
 )
-from ..data.batches import TensorBatches
+from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
 from ..data.files import read_table
 
@@ -64,6 +67,12 @@ class GLMDataModule(pl.LightningDataModule):
             datasets bring their own when they have them.
         offset: a file's column added to eta with coefficient 1 (e.g. log exposure
             of a Poisson rate); built-in datasets bring their own.
+
+    Attributes:
+        steps_per_block: training batches per item of :meth:`train_dataloader`:
+            1 yields :class:`~torchglm.data.batches.Batch` es, ``k > 1`` yields
+            blocks of ``k`` (set by :class:`~torchglm.training.GLMTask` when it fits
+            SGD in step blocks; not a config option of the data).
 
     Raises:
         InputError: on a bad argument here, and from :meth:`setup` on a bad file,
@@ -124,6 +133,7 @@ class GLMDataModule(pl.LightningDataModule):
         self.feature_scale: torch.Tensor | None = None
         self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._generator = torch.Generator().manual_seed(shuffle_seed)
+        self.steps_per_block = 1
 
     # -- loading and validation -------------------------------------------------
     def _read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
@@ -289,8 +299,9 @@ class GLMDataModule(pl.LightningDataModule):
     def test_batches(self) -> TensorBatches:
         return self._batches("test", self.eval_batch_size, False)
 
-    def train_dataloader(self) -> TensorBatches:
-        return self.train_batches()
+    def train_dataloader(self) -> TensorBatches | BatchBlocks:
+        batches = self.train_batches()
+        return batches if self.steps_per_block == 1 else batches.blocks(self.steps_per_block)
 
     def val_dataloader(self) -> TensorBatches:
         return self.val_batches()

@@ -3,9 +3,13 @@
 The task holds no math. It builds the model once the data are known
 (``n_features`` comes from the data, after the optional basis map), then:
 
-* ``solver="sgd"``: automatic optimization of ``model.objective(x, y)`` with any
+* ``solver="sgd"``: mini-batch optimization of ``model.objective(x, y)`` with any
   torch optimizer (closure-based ones such as LBFGS included) and an optional
-  LR scheduler;
+  LR scheduler, ``steps_per_block`` optimizer steps per Lightning step (see
+  :class:`GLMTask`): one step per batch under Lightning's automatic optimization
+  (``steps_per_block=1``), or blocks of batches stepped inside ``training_step``
+  (manual optimization) with the same weights, bit for bit, at a fraction of
+  Lightning's per-step cost;
 * any other solver (``newton``, ``irls``, ``gd``, ``lbfgs``, ``closed_form``, ...):
   manual optimization driving ``fitter = model.make_fitter(solver, **solver_options)``
   (:class:`torchglm.solvers.base.Fitter`): one epoch is one pass,
@@ -24,22 +28,36 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from typing import Any, Callable, Iterable
+from contextlib import nullcontext
+from itertools import islice
+from typing import Any, Callable, Iterable, Literal
 
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
+from pytorch_lightning.plugins.precision import MixedPrecision, Precision
+from pytorch_lightning.strategies import SingleDeviceStrategy
+from pytorch_lightning.utilities.exceptions import MisconfigurationException
+from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from .._validation import ConvergenceWarning, check_positive, fail
-from ..data.batches import Batch
+from ..data.batches import Batch, BatchBlock
 from ..solvers.base import FitResult
+from .data_module import GLMDataModule
 from .metrics import GLMMetrics
 
 __all__ = ["GLMTask", "PassStep"]
 
 _CALLABLE_ARGS = ("model", "optimizer", "lr_scheduler", "basis")
+
+# The hooks Lightning's automatic optimization calls around one optimizer step. A
+# block of steps calls them in the same order, or, where nothing overrides them
+# (and precision and strategy add nothing), skips the dispatch.
+_CALLBACK_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward",
+                        "on_before_optimizer_step")
+_MODULE_STEP_HOOKS = (*_CALLBACK_STEP_HOOKS, "optimizer_zero_grad", "optimizer_step", "backward")
 
 
 class PassStep(torch.optim.Optimizer):
@@ -84,6 +102,25 @@ class GLMTask(pl.LightningModule):
             epoch (one extra forward pass); otherwise only the epoch's mean
             mini-batch loss is logged for training.
         ece_bins: bins of the expected calibration error.
+        steps_per_block: ``sgd``: optimizer steps per Lightning training step. With
+            ``k > 1`` the data module's training dataloader yields blocks of ``k``
+            mini-batches (the same batches in the same order) and ``training_step``
+            takes their ``k`` optimizer steps (manual optimization): the same
+            weights, optimizer and scheduler states, epoch loss, logged step losses
+            (at their own steps) and checkpoints as ``k = 1`` (one Lightning step per
+            mini-batch, automatic optimization), bit for bit, at ``1/k`` of
+            Lightning's per-step cost (``bench/sgd_epoch.py``). Counts of Lightning
+            batches then count blocks: the progress bar, callbacks'
+            ``on_train_batch_*`` hooks, ``trainer.num_training_batches``. Blocks are
+            used only where they are exactly equivalent: with ``gradient_clip_val``,
+            ``accumulate_grad_batches``, ``limit_train_batches``,
+            ``val_check_interval`` (a fraction or a count), ``overfit_batches`` or
+            ``fast_dev_run`` (settings counted in mini-batches), or a precision
+            other than ``32-true`` and ``*-mixed``, the fit takes one mini-batch per
+            Lightning step.
+        lr_scheduler_interval: step the scheduler after every ``"epoch"`` or after
+            every optimizer ``"step"`` (e.g. ``OneCycleLR``); ``ReduceLROnPlateau``
+            needs ``"epoch"`` (it watches ``val/loss``).
 
     Attributes:
         fit_result: the :class:`~torchglm.solvers.base.FitResult` of the last fit
@@ -105,8 +142,14 @@ class GLMTask(pl.LightningModule):
         basis: nn.Module | None = None,
         train_metrics: bool = True,
         ece_bins: int = 15,
+        steps_per_block: int = 32,
+        lr_scheduler_interval: Literal["epoch", "step"] = "epoch",
     ):
         super().__init__()
+        if isinstance(steps_per_block, bool) or not isinstance(steps_per_block, int) or steps_per_block < 1:
+            raise fail("steps_per_block", "an integer >= 1", repr(steps_per_block))
+        if lr_scheduler_interval not in ("epoch", "step"):
+            raise fail("lr_scheduler_interval", "'epoch' or 'step'", repr(lr_scheduler_interval))
         with warnings.catch_warnings():
             # A basis module passed from Python is dropped just below; the notice is moot.
             warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
@@ -124,7 +167,10 @@ class GLMTask(pl.LightningModule):
         self.basis = basis
         self.train_metrics_enabled = train_metrics
         self.ece_bins = ece_bins
-        self.automatic_optimization = solver == "sgd"
+        self.steps_per_block = steps_per_block
+        self.lr_scheduler_interval = lr_scheduler_interval
+        # Whether a block's steps may skip Lightning's hook dispatch (on_train_start).
+        self._plain_steps = False
         self.model: nn.Module | None = None
         self.fitter = None
         self._resumed_fit: dict[str, Any] | None = None
@@ -136,8 +182,9 @@ class GLMTask(pl.LightningModule):
         self.feature_names: list[str] = []
         self.n_model_features: int | None = None  # columns of phi(x), set by build
         self.data_dtype: torch.dtype | None = None
-        # Running sums of the epoch's mini-batch losses, mutated in place: assigning a
-        # Module attribute every step goes through nn.Module.__setattr__.
+        # Running sums of the epoch's mini-batch losses and the epoch's optimizer
+        # steps, mutated in place: assigning a Module attribute every step goes
+        # through nn.Module.__setattr__.
         self._epoch_loss: dict[str, Any] = {}
         self._history: list[dict[str, float]] = []
 
@@ -150,6 +197,31 @@ class GLMTask(pl.LightningModule):
             self.__dict__[name] = value
         else:
             super().__setattr__(name, value)
+
+    @property
+    def automatic_optimization(self) -> bool:
+        """Lightning's automatic optimization: ``sgd`` one mini-batch per Lightning
+        step; manual for ``sgd`` in step blocks and for the pass-based solvers."""
+        return self.solver == "sgd" and self.block_size() == 1
+
+    def block_size(self) -> int:
+        """Optimizer steps per Lightning training step in this fit: ``steps_per_block``
+        for ``sgd`` under a trainer whose settings count no mini-batches (see the
+        class docstring), otherwise 1."""
+        trainer = self._trainer
+        if self.solver != "sgd" or self.steps_per_block == 1 or trainer is None:
+            return 1
+        counts_batches = (
+            bool(trainer.gradient_clip_val) or trainer.accumulate_grad_batches != 1
+            # limit_train_batches/val_check_interval: 1.0 (a float) is the whole epoch, an
+            # int a number of batches; overfit_batches and fast_dev_run set both.
+            or not (isinstance(trainer.limit_train_batches, float) and trainer.limit_train_batches == 1.0)
+            or not (isinstance(trainer.val_check_interval, float) and trainer.val_check_interval == 1.0)
+        )
+        # Precision plugins that only wrap the forward in autocast (or nothing): a block
+        # runs its backward passes and steps outside autocast, as Lightning does.
+        exact_precision = type(trainer.precision_plugin) in (Precision, MixedPrecision)
+        return 1 if counts_batches or not exact_precision else self.steps_per_block
 
     # -- building ---------------------------------------------------------------
     def build(self, datamodule) -> None:
@@ -184,7 +256,7 @@ class GLMTask(pl.LightningModule):
                                "(R^2 needs two)", f"{n} row")
         self.model = model
         self._make_metrics()
-        if self.automatic_optimization:
+        if self.solver == "sgd":
             self._check_optimizer()
         else:
             # A pass sums over every row: the order changes only the rounding, so a
@@ -218,6 +290,17 @@ class GLMTask(pl.LightningModule):
         if "lr" in opt.defaults:
             lr = opt.defaults["lr"]
             check_positive("optimizer lr", float(lr))
+        if self.lr_scheduler_factory is not None and self.lr_scheduler_interval == "step":
+            if isinstance(self.lr_scheduler_factory(opt), ReduceLROnPlateau):
+                raise fail("lr_scheduler_interval", "'epoch' for ReduceLROnPlateau (it watches val/loss, "
+                           "computed once per epoch)", "'step'")
+
+    def setup(self, stage: str) -> None:
+        # Tell the data module how many batches one training step takes (after
+        # Lightning has checked the configuration against automatic_optimization).
+        datamodule = self.trainer.datamodule
+        if stage == "fit" and isinstance(datamodule, GLMDataModule):
+            datamodule.steps_per_block = self.block_size()
 
     def configure_model(self) -> None:
         if self.model is None and self._trainer is not None and self.trainer.datamodule is not None:
@@ -247,6 +330,8 @@ class GLMTask(pl.LightningModule):
             checkpoint["torchglm"]["epoch_history"] = list(self._history)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.solver == "sgd" and self._trainer is not None:
+            _carry_global_step(checkpoint, self.automatic_optimization)
         self._resumed_fit = checkpoint["torchglm"].get("fit_result")
         self._resumed_fitter_state = checkpoint["torchglm"].get("fitter_state")
         self.fit_seconds_before = float(checkpoint["torchglm"].get("fit_seconds", 0.0))
@@ -295,7 +380,7 @@ class GLMTask(pl.LightningModule):
 
     # -- training -----------------------------------------------------------------
     def configure_optimizers(self):
-        if not self.automatic_optimization:
+        if self.solver != "sgd":
             # Lightning restores a resumed run's weights before this hook: a fitter
             # made here starts from them (the one made in build() saw the initial
             # weights), and continues the checkpointed fit record.
@@ -311,12 +396,16 @@ class GLMTask(pl.LightningModule):
         if self.lr_scheduler_factory is None:
             return opt
         sched = self.lr_scheduler_factory(opt)
-        if isinstance(sched, ReduceLROnPlateau):
-            return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "monitor": "val/loss"}}
-        return {"optimizer": opt, "lr_scheduler": sched}
+        config = {"scheduler": sched, "interval": self.lr_scheduler_interval}
+        if isinstance(sched, ReduceLROnPlateau) and self.automatic_optimization:
+            # In step blocks the task steps it itself on val/loss (_step_plateau).
+            config["monitor"] = "val/loss"
+        return {"optimizer": opt, "lr_scheduler": config}
 
     def on_train_start(self) -> None:
         self._fit_start = time.perf_counter()
+        if not self.automatic_optimization:
+            self._plain_steps = self._no_step_hooks()
 
     def fit_seconds(self) -> float:
         """Wall time of the fit so far, summed over the runs it was resumed across
@@ -326,24 +415,33 @@ class GLMTask(pl.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._epoch_loss.update(
-            sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device), count=0)
-        if not self.automatic_optimization:
+            sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device), count=0,
+            steps=0, complete=False)
+        if self.solver != "sgd":
             self.fitter.start_pass()
 
-    def transfer_batch_to_device(self, batch: Batch, device: torch.device, dataloader_idx: int) -> Batch:
+    def transfer_batch_to_device(self, batch: Batch | BatchBlock, device: torch.device,
+                                 dataloader_idx: int) -> Batch | BatchBlock:
         # A Batch is a flat tuple of tensors or None: move it directly instead of
-        # Lightning's generic recursive apply_to_collection (a per-step cost).
-        return Batch(*(None if t is None else t.to(device, non_blocking=True) for t in batch))
+        # Lightning's generic recursive apply_to_collection (a per-step cost); a
+        # block moves each batch as its step reaches it. A plain tuple (x, y, ...)
+        # becomes a Batch.
+        if not isinstance(batch, (Batch, BatchBlock)):
+            batch = Batch(*batch)
+        return batch.to(device, non_blocking=True)
 
-    def training_step(self, batch: Batch, batch_idx: int):
-        x = self._phi(batch.x)
-        if not self.automatic_optimization:
+    def training_step(self, batch: Batch | BatchBlock, batch_idx: int):
+        if self.solver != "sgd":
+            x = self._phi(batch.x)
             self.fitter.accumulate(Batch(x, batch.y, batch.weight, batch.offset))
             # The pass ends inside training_step (Lightning counts manual steps only
             # here) and before validation, which then sees the stepped parameters.
             if batch_idx == self.trainer.num_training_batches - 1:
                 self._end_pass()
             return None
+        if not self.automatic_optimization:
+            return self._step_block(batch, batch_idx)
+        x = self._phi(batch.x)
         loss = self.model.objective(x, batch.y, batch.weight, batch.offset)
         self._epoch_loss["sum"].add_(loss.detach())
         self._epoch_loss["count"] += 1
@@ -353,6 +451,147 @@ class GLMTask(pl.LightningModule):
         if (self.global_step + 1) % self.trainer.log_every_n_steps == 0:
             self.log("train/loss_step", loss.detach(), on_step=True, on_epoch=False)
         return loss
+
+    # -- sgd in step blocks -----------------------------------------------------------
+    def _step_block(self, block: Batch | BatchBlock, batch_idx: int) -> torch.Tensor | None:
+        """The optimizer steps of one block of mini-batches, each as Lightning's
+        automatic optimization takes it: the closure evaluates the objective (in
+        the precision's forward context), adds it to the epoch loss, zeroes the
+        gradients and back-propagates; ``optimizer.step(closure)``; then the
+        per-step schedulers. After the epoch's last step the per-epoch schedulers
+        step, as Lightning steps them after the last batch."""
+        trainer = self.trainer
+        batches = block if isinstance(block, BatchBlock) else (block,)
+        first = self.global_step  # optimizer steps before this block
+        n_steps = len(batches)
+        if trainer.max_steps >= 0:  # stop at max_steps exactly, not at the block's end
+            n_steps = min(n_steps, max(trainer.max_steps - first, 0))
+        every, epoch, acc = trainer.log_every_n_steps, trainer.current_epoch, self._epoch_loss
+        schedulers = [(c.scheduler, c.frequency) for c in trainer.lr_scheduler_configs
+                      if c.interval == "step" and not isinstance(c.scheduler, ReduceLROnPlateau)]
+        opt = self.optimizers()
+        outside, forward = self._step_contexts()
+        last: list[torch.Tensor | None] = [None]  # the closure's last loss
+        logged = []
+        with outside:
+            for i, batch in enumerate(islice(batches, n_steps)):
+                step_in_epoch = acc["steps"]
+                closure = self._closure(batch, forward, last, opt.optimizer, epoch, step_in_epoch)
+                if self._plain_steps:
+                    # LightningOptimizer.step without the dispatch through strategy and
+                    # precision (which here only call hooks nothing overrides): the same
+                    # step, counted the same way.
+                    opt._on_before_step()
+                    opt.optimizer.step(closure)
+                    opt._on_after_step()
+                else:
+                    self.optimizer_step(epoch, step_in_epoch, opt, closure)
+                acc["steps"] = step_in_epoch + 1
+                for sched, frequency in schedulers:
+                    if (step_in_epoch + 1) % frequency == 0:
+                        self.lr_scheduler_step(sched, None)
+                # Lightning writes the loss of step s when (s + 1) % every == 0.
+                if every and (first + i + 1) % every == 0:
+                    logged.append((first + i, last[0]))
+        if batch_idx == trainer.num_training_batches - 1 and n_steps == len(batches):
+            acc["complete"] = True
+            for c in trainer.lr_scheduler_configs:
+                if (c.interval == "epoch" and not isinstance(c.scheduler, ReduceLROnPlateau)
+                        and (epoch + 1) % c.frequency == 0):
+                    self.lr_scheduler_step(c.scheduler, None)
+        self._log_steps(logged, epoch)
+        # Lightning counts one logger step per training step; this one took
+        # n_steps: validation and epoch metrics then land on the optimizer-step axis,
+        # as with one mini-batch per training step.
+        trainer.fit_loop.epoch_loop._batches_that_stepped += max(n_steps - 1, 0)
+        return last[0]
+
+    def _closure(self, batch: Batch, forward, last: list, optimizer, epoch: int, step: int):
+        """Lightning's closure of one step: forward, epoch loss, zero_grad, backward
+        (with Lightning's hooks, or, where ``_plain_steps``, without the dispatch)."""
+        model, phi, acc = self.model, self._phi, self._epoch_loss
+        if self._plain_steps:
+            def closure():
+                loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
+                last[0] = loss.detach()
+                acc["sum"].add_(last[0])
+                acc["count"] += 1
+                optimizer.zero_grad()
+                loss.backward()
+                return loss
+
+            return closure
+        trainer = self.trainer
+
+        def closure():
+            with forward():
+                loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
+            last[0] = loss.detach()
+            acc["sum"].add_(last[0])
+            acc["count"] += 1
+            for callback in trainer.callbacks:
+                callback.on_before_zero_grad(trainer, self, optimizer)
+            self.on_before_zero_grad(optimizer)
+            self.optimizer_zero_grad(epoch, step, optimizer)
+            self.manual_backward(loss)
+            return loss
+
+        return closure
+
+    def _step_contexts(self):
+        """``(outside, forward)``: the context of a block's backward passes and steps,
+        and a factory of the forward's. Lightning runs ``training_step`` in the
+        precision's forward context and the backward and step outside it: under
+        mixed precision a block leaves autocast for them and re-enters it for each
+        forward (Lightning's autocast caches no casts, so no stale cast outlives a step)."""
+        plugin = self.trainer.precision_plugin
+        if type(plugin) is MixedPrecision:
+            return torch.autocast(plugin.device, enabled=False), plugin.forward_context
+        return nullcontext(), nullcontext
+
+    def _no_step_hooks(self) -> bool:
+        """Whether Lightning's path around an optimizer step does nothing but the step:
+        full precision, one device, and no callback or override of the step hooks."""
+        trainer = self.trainer
+        if type(trainer.precision_plugin) is not Precision or type(trainer.strategy) is not SingleDeviceStrategy:
+            return False
+        if any(is_overridden(h, self, pl.LightningModule) for h in _MODULE_STEP_HOOKS):
+            return False
+        return not any(is_overridden(h, cb, pl.Callback) for cb in trainer.callbacks for h in _CALLBACK_STEP_HOOKS)
+
+    def _log_steps(self, logged: list[tuple[int, torch.Tensor]], epoch: int) -> None:
+        """Write the block's step losses at their own optimizer steps, as Lightning's
+        logger connector writes them one per step (with the epoch)."""
+        if not logged:
+            return
+        for logger in self.loggers:
+            for step, value in logged:
+                logger.log_metrics({"train/loss_step": float(value), "epoch": epoch}, step=step)
+                logger.save()
+        # callback_metrics, as the step's self.log would leave them (written above)
+        self.log("train/loss_step", logged[-1][1], on_step=True, on_epoch=False, logger=False)
+
+    def _step_plateau(self) -> None:
+        """Step ``ReduceLROnPlateau`` on the epoch's ``val/loss`` at the epoch's end,
+        where Lightning's automatic optimization steps it (after validation, before
+        the next epoch). Here it steps before the checkpoint callbacks save: the
+        ``last.ckpt`` of a killed run holds the stepped scheduler (Lightning's
+        resume skips that step, a resumed per-step fit lags one plateau step).
+
+        Raises:
+            MisconfigurationException: no ``val/loss`` (Lightning's message).
+        """
+        trainer = self.trainer
+        for c in trainer.lr_scheduler_configs:
+            if (isinstance(c.scheduler, ReduceLROnPlateau) and c.interval == "epoch"
+                    and (trainer.current_epoch + 1) % c.frequency == 0):
+                value = trainer.callback_metrics.get("val/loss")
+                if value is None:
+                    raise MisconfigurationException(
+                        f"ReduceLROnPlateau conditioned on metric val/loss which is not available. Available "
+                        f"metrics are: {list(trainer.callback_metrics)}. Condition can be set using `monitor` "
+                        "key in lr scheduler dict")
+                self.lr_scheduler_step(c.scheduler, value)
 
     def _end_pass(self) -> None:
         step = self.optimizers()
@@ -366,18 +605,20 @@ class GLMTask(pl.LightningModule):
             self.trainer.should_stop = True
 
     def on_train_epoch_end(self) -> None:
-        if self.automatic_optimization:
+        if self.solver == "sgd":
             loss = self._epoch_loss["sum"] / max(self._epoch_loss["count"], 1)
             self.log("train/epoch_loss", loss)
             self._history.append({"loss": float(loss)})
         if self.train_metrics_enabled:
             self.log_dict(self.evaluate(self.trainer.datamodule.train_batches(
                 batch_size=self.trainer.datamodule.eval_batch_size, shuffle=False), "train"))
+        if self.solver == "sgd" and not self.automatic_optimization and self._epoch_loss["complete"]:
+            self._step_plateau()
 
     def on_train_end(self) -> None:
         self.fit_seconds_before, self._fit_start = self.fit_seconds(), None
         self.model.mark_fitted()
-        if not self.automatic_optimization and not self.fitter.done:
+        if self.solver != "sgd" and not self.fitter.done:
             # Never hide non-convergence: the trainer (max_epochs, early stopping)
             # ended the fit before the solver's stopping rule held.
             self.fit_result = self.fitter.result
@@ -385,7 +626,7 @@ class GLMTask(pl.LightningModule):
             self.fit_result.message = (f"stopped by the trainer after {self.current_epoch} passes, before "
                                        f"the '{self.solver}' solver's stopping rule held")
             warnings.warn(self.fit_result.message, ConvergenceWarning, stacklevel=2)
-        if self.automatic_optimization:
+        if self.solver == "sgd":
             self.fit_result = FitResult(
                 solver=f"sgd ({type(self.trainer.optimizers[0]).__name__})",
                 converged=False,
@@ -424,6 +665,21 @@ class GLMTask(pl.LightningModule):
         values = self.metrics[f"{split}_split"].compute()
         self.log_dict({f"{split}/{k}": v for k, v in values.items()})
         self.metrics[f"{split}_split"].reset()
+
+
+def _carry_global_step(checkpoint: dict[str, Any], automatic: bool) -> None:
+    """Resume ``global_step`` across ``steps_per_block`` settings: Lightning counts
+    the optimizer steps of automatic and of manual optimization in two progress
+    records, and restores the one of the resumed fit's mode."""
+    loop = checkpoint.get("loops", {}).get("fit_loop", {})
+    steps = int(checkpoint.get("global_step", 0))
+    if automatic:
+        progress = loop.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).get("step")
+    else:
+        progress = loop.get("epoch_loop.manual_optimization.optim_step_progress")
+    if progress is not None:
+        for key in ("ready", "completed"):
+            progress["total"][key] = max(progress["total"][key], steps)
 
 
 def _is_number(v: Any) -> bool:

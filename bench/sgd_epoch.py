@@ -1,14 +1,20 @@
-"""One epoch of mini-batch SGD for logistic regression, six ways.
+"""One epoch of mini-batch SGD for logistic regression, several ways.
 
 n = 200,000 training rows, d = 50, batch 1,024 (196 steps), plain SGD:
 
 * ``slicing loop``: a hand-written loop over index slices of in-memory tensors
-  (one ``randperm`` per epoch, one gather per batch) - the reference;
+  (one ``randperm`` per epoch, one gather ``x[idx]`` per batch) - the reference;
+  and the same loop gathering with ``torch.index_select`` (as ``TensorBatches``
+  does: the same rows, 4x faster than advanced indexing here);
 * ``DataLoader(TensorDataset)``: the same loop over a shuffled DataLoader
   (per-sample ``__getitem__`` + ``default_collate``);
 * ``torchglm Lightning``: :class:`GLMTask` + :class:`GLMDataModule` under a
-  ``Trainer`` with a TensorBoard logger at its default interval (50 steps),
-  without/with the progress bar, and with per-epoch training metrics;
+  ``Trainer`` with a TensorBoard logger at its default interval (50 steps):
+  in step blocks (the default ``steps_per_block``: one Lightning training step
+  takes that many optimizer steps), with Lightning's per-step hooks dispatched
+  (a callback with an ``on_before_optimizer_step`` hook), one mini-batch per
+  Lightning step (``steps_per_block=1``), and in blocks with the progress bar and
+  with per-epoch training metrics;
 * ``minimal Lightning``: a LightningModule whose training_step only returns the
   loss, over the same slice batches, no logger: the floor of Lightning's loop;
 * ``naive Lightning``: a textbook LightningModule over the DataLoader calling
@@ -49,6 +55,8 @@ from torchglm.data import DATASETS, Dataset, TensorBatches
 from torchglm.training import GLMDataModule, GLMTask
 
 N_TRAIN, D, BATCH, LR = 200_000, 50, 1024, 0.1
+#: GLMTask's default steps_per_block.
+STEPS_PER_BLOCK = GLMTask(LogisticRegression).steps_per_block
 VAL_FRACTION = TEST_FRACTION = 0.01
 
 
@@ -88,7 +96,7 @@ def _best(times: list[tuple[float, float]]) -> tuple[float, float]:
     return min(t[0] for t in rest), min(t[1] for t in rest)
 
 
-def time_slicing(x, y, epochs: int) -> tuple[float, float]:
+def time_slicing(x, y, epochs: int, index_select: bool = False) -> tuple[float, float]:
     model = LogisticRegression(D, dtype=x.dtype)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     g = torch.Generator().manual_seed(0)
@@ -96,7 +104,11 @@ def time_slicing(x, y, epochs: int) -> tuple[float, float]:
     for _ in range(epochs):
         t = _clock()
         perm = torch.randperm(x.shape[0], generator=g)
-        step_loop(model, opt, ((x[idx], y[idx]) for idx in perm.split(BATCH)))
+        if index_select:
+            batches = ((torch.index_select(x, 0, idx), torch.index_select(y, 0, idx)) for idx in perm.split(BATCH))
+        else:
+            batches = ((x[idx], y[idx]) for idx in perm.split(BATCH))
+        step_loop(model, opt, batches)
         times.append(_since(t))
     return _best(times)
 
@@ -141,7 +153,17 @@ def _trainer(epochs: int, logdir: str, progress_bar: bool, timer_t0: float) -> t
     return trainer, timer
 
 
-def time_torchglm(x, y, n_total: int, epochs: int, progress_bar: bool, train_metrics: bool) -> tuple[float, float]:
+class StepHook(pl.Callback):
+    """A per-optimizer-step hook that does nothing: the task then dispatches Lightning's
+    hooks around every step of a block (what a callback with step hooks, mixed
+    precision or a multi-device strategy costs)."""
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+        pass
+
+
+def time_torchglm(x, y, n_total: int, epochs: int, progress_bar: bool, train_metrics: bool,
+                  steps_per_block: int = STEPS_PER_BLOCK, step_hooks: bool = False) -> tuple[float, float]:
     DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
     try:
         with tempfile.TemporaryDirectory() as logdir:
@@ -150,8 +172,10 @@ def time_torchglm(x, y, n_total: int, epochs: int, progress_bar: bool, train_met
                                batch_size=BATCH, standardize=False,
                                dtype="float32" if x.dtype == torch.float32 else "float64")
             task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR),
-                           train_metrics=train_metrics)
+                           train_metrics=train_metrics, steps_per_block=steps_per_block)
             trainer, timer = _trainer(epochs, logdir, progress_bar, t0)
+            if step_hooks:
+                trainer.callbacks.append(StepHook())
             trainer.fit(task, datamodule=dm)
             assert dm.summary()["n_train"] == N_TRAIN
     finally:
@@ -240,7 +264,7 @@ class _ProfileEpochs(pl.Callback):
         self.prof.disable()
 
 
-def profile_torchglm_steps(x, y, n_total: int) -> list[tuple[str, int, float]]:
+def profile_torchglm_steps(x, y, n_total: int, steps_per_block: int) -> list[tuple[str, int, float]]:
     """Top functions by self time over two profiled torchglm epochs: where the
     per-step time goes."""
     import pstats
@@ -252,7 +276,8 @@ def profile_torchglm_steps(x, y, n_total: int) -> list[tuple[str, int, float]]:
             dm = GLMDataModule("_bench_sgd", val_fraction=VAL_FRACTION, test_fraction=TEST_FRACTION,
                                batch_size=BATCH, standardize=False,
                                dtype="float32" if x.dtype == torch.float32 else "float64")
-            task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR), train_metrics=False)
+            task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR), train_metrics=False,
+                           steps_per_block=steps_per_block)
             trainer, _ = _trainer(3, logdir, False, time.perf_counter())
             trainer.callbacks.append(profiler)
             trainer.fit(task, datamodule=dm)
@@ -269,6 +294,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--profile", action="store_true", help="print the top functions of the Lightning path")
+    parser.add_argument("--profile_steps_per_block", type=int, default=STEPS_PER_BLOCK,
+                        help="steps_per_block of the profiled Lightning path")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "sgd_epoch.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -282,13 +309,19 @@ def main() -> None:
 
     results: dict[str, tuple[float, float]] = {}
     results["slicing loop"] = time_slicing(x_train, y_train, args.epochs)
+    results["slicing loop, index_select gather"] = time_slicing(x_train, y_train, args.epochs, index_select=True)
     results["DataLoader(TensorDataset)"] = time_dataloader(x_train, y_train, args.epochs)
+    k = STEPS_PER_BLOCK
     glm, startup = time_torchglm(x, y, n_total, args.epochs, progress_bar=False, train_metrics=False)
-    results["torchglm Lightning (TensorBoard, no progress bar)"] = glm
+    results[f"torchglm Lightning, blocks of {k} steps (TensorBoard, no progress bar)"] = glm
+    results[f"torchglm Lightning, blocks of {k}, per-step hooks dispatched"], _ = time_torchglm(
+        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, step_hooks=True)
+    results["torchglm Lightning, one step per Lightning step (steps_per_block=1)"], _ = time_torchglm(
+        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, steps_per_block=1)
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        results["torchglm Lightning (TensorBoard + progress bar)"], _ = time_torchglm(
+        results[f"torchglm Lightning, blocks of {k} + progress bar"], _ = time_torchglm(
             x, y, n_total, args.epochs, progress_bar=True, train_metrics=False)
-    results["torchglm Lightning (+ per-epoch train metrics)"], _ = time_torchglm(
+    results[f"torchglm Lightning, blocks of {k} + per-epoch train metrics"], _ = time_torchglm(
         x, y, n_total, args.epochs, progress_bar=False, train_metrics=True)
     results["minimal Lightning (slices, no logging, no logger)"] = time_minimal_lightning(
         x_train, y_train, args.epochs)
@@ -298,13 +331,14 @@ def main() -> None:
     ref = results["slicing loop"]
     print(f"one epoch: n={N_TRAIN}, d={D}, batch={BATCH} ({-(-N_TRAIN // BATCH)} steps), {args.dtype}, "
           f"{args.threads} thread(s), fastest of {args.epochs - 1} epochs after a warm-up one")
-    print(f"{'path':<55}{'wall s':>9}{'x slicing':>11}{'CPU s':>9}{'x slicing':>11}")
+    print(f"{'path':<72}{'wall s':>9}{'x slicing':>11}{'CPU s':>9}{'x slicing':>11}")
     for name, (wall, cpu) in results.items():
-        print(f"{name:<55}{wall:>9.4f}{wall / ref[0]:>11.2f}{cpu:>9.4f}{cpu / ref[1]:>11.2f}")
+        print(f"{name:<72}{wall:>9.4f}{wall / ref[0]:>11.2f}{cpu:>9.4f}{cpu / ref[1]:>11.2f}")
     print(f"Trainer start-up (Trainer() to first batch, once): {startup:.3f} s")
     out = {
         "config": {"n_train": N_TRAIN, "d": D, "batch_size": BATCH, "dtype": args.dtype, "threads": args.threads,
-                   "epochs": args.epochs, "torch": torch.__version__, "lightning": pl.__version__},
+                   "epochs": args.epochs, "steps_per_block": k, "torch": torch.__version__,
+                   "lightning": pl.__version__},
         "wall_seconds_per_epoch": {k: v[0] for k, v in results.items()},
         "cpu_seconds_per_epoch": {k: v[1] for k, v in results.items()},
         "wall_ratio_to_slicing_loop": {k: v[0] / ref[0] for k, v in results.items()},
@@ -312,7 +346,7 @@ def main() -> None:
         "trainer_startup_seconds": startup,
     }
     if args.profile:
-        out["profile_top_self_time"] = profile_torchglm_steps(x, y, n_total)
+        out["profile_top_self_time"] = profile_torchglm_steps(x, y, n_total, args.profile_steps_per_block)
         print(f"{'function':<70}{'calls':>8}{'self s':>9}")
         for name, calls, sec in out["profile_top_self_time"]:
             print(f"{name[-70:]:<70}{calls:>8}{sec:>9.4f}")

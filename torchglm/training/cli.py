@@ -96,7 +96,7 @@ class GLMCLI(LightningCLI):
                                              default_hp_metric=False)
         kwargs["default_root_dir"] = str(self.run_dir)
         trainer = super().instantiate_trainer(**kwargs)
-        if not self.model.automatic_optimization:
+        if self.model.solver != "sgd":
             # A pass-based fit's estimate is the solver's final iterate, never the
             # epoch with the lowest validation loss: no "best" checkpoint of a stale
             # iterate is written at all.

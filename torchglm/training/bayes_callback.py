@@ -47,6 +47,7 @@ from ..bayes.prior import GaussianPrior
 from ..bayes.sampling import PosteriorSamples, sample_posterior
 from ..bayes.selection import LambdaCurve, evidence_curve, validation_curve
 from ..bayes.variational import VariationalPosterior, has_jj_bound, variational_posterior
+from .features import feature_map
 
 __all__ = ["BayesianEvaluation"]
 
@@ -155,7 +156,7 @@ class BayesianEvaluation(pl.Callback):
     @staticmethod
     def _features(pl_module, split: str, datamodule):
         x, y = datamodule.split(split)
-        basis = getattr(pl_module, "basis", None)
+        basis = feature_map(pl_module)
         with torch.no_grad():
             x = x if basis is None else basis(x)
         return x.to(pl_module.model.param_dtype), y

@@ -28,6 +28,7 @@ from .._validation import (
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
 from ..data.files import read_table
+from .features import standardization, standardize
 
 __all__ = ["GLMDataModule", "shard"]
 
@@ -198,16 +199,9 @@ class GLMDataModule(pl.LightningDataModule):
             raise fail("data", "at least one row in each of train/val/test", f"{n} rows in total")
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
         parts = {"train": perm[:n_train], "val": perm[n_train:n_train + n_val], "test": perm[n_train + n_val:]}
-        if self.standardize:
-            xt = x[parts["train"]]
-            mean, std = xt.mean(0), xt.std(0, unbiased=False)
-            # A constant training column carries no information; leave it unscaled
-            # instead of dividing by zero.
-            scale = torch.where(std > 0, std, torch.ones_like(std))
-        else:
-            mean, scale = torch.zeros(x.shape[1], dtype=torch.float64), torch.ones(x.shape[1], dtype=torch.float64)
+        mean, scale = standardization(x[parts["train"]], self.standardize)
         self.feature_mean, self.feature_scale = mean, scale
-        z = ((x - mean) / scale).to(self.dtype)
+        z = standardize(x, mean, scale, self.dtype)
         self._splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
         self._extras = {k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))
                         for k, idx in parts.items()}
@@ -273,7 +267,7 @@ class GLMDataModule(pl.LightningDataModule):
     def transform(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the training split's standardization to raw features."""
         self._require_setup()
-        return ((x.to(torch.float64) - self.feature_mean) / self.feature_scale).to(self.dtype)
+        return standardize(x, self.feature_mean, self.feature_scale, self.dtype)
 
     def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
         x, y = self.split(name)

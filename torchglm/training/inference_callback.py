@@ -25,6 +25,7 @@ import pytorch_lightning as pl
 from .._validation import InputError
 from ..data.batches import Batch
 from ..inference import GLMResults, glm_results
+from .features import feature_map
 
 __all__ = ["InferenceSummary"]
 
@@ -64,7 +65,7 @@ class InferenceSummary(pl.Callback):
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         dm = trainer.datamodule
         batches = dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False)
-        basis = getattr(pl_module, "basis", None)
+        basis = feature_map(pl_module)
         names = None
         if basis is not None:
             batches = _Mapped(batches, basis)

@@ -37,6 +37,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 
 from .. import plotting
 from .._validation import check_positive, fail
+from .features import feature_map
 
 __all__ = ["FigureLogger"]
 
@@ -104,7 +105,7 @@ class FigureLogger(pl.Callback):
         model = pl_module.model
         if not model.family.is_classifier:
             return []
-        basis = getattr(pl_module, "basis", None)
+        basis = feature_map(pl_module)
         x, y = trainer.datamodule.split(split)
         x, y = x[: self.max_points].to(pl_module.device), y[: self.max_points].to(pl_module.device)
         figures = {}

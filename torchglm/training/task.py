@@ -46,6 +46,7 @@ from .._validation import ConvergenceWarning, check_positive, fail
 from ..data.batches import Batch, BatchBlock
 from ..solvers.base import FitResult
 from .data_module import GLMDataModule
+from .features import standardize
 from .metrics import GLMMetrics
 
 __all__ = ["GLMTask", "PassStep"]
@@ -241,7 +242,7 @@ class GLMTask(pl.LightningModule):
             if hasattr(self.basis, "fit"):
                 self.basis.fit(x_train)
             self.basis.to(x_train.dtype)
-        self.n_model_features = int(self._phi(x_train[:1]).shape[-1])
+        self.n_model_features = int(self.phi(x_train[:1]).shape[-1])
         self.data_dtype = x_train.dtype
         model = self.model_factory(self.n_model_features).to(x_train.dtype)
         if model.family.is_classifier:
@@ -351,32 +352,33 @@ class GLMTask(pl.LightningModule):
         self._make_metrics()
 
     # -- prediction ---------------------------------------------------------------
-    def _phi(self, x: torch.Tensor) -> torch.Tensor:
+    def phi(self, x: torch.Tensor) -> torch.Tensor:
+        """The model's inputs for standardized features: the basis ``phi(x)``, or ``x``
+        without one (:mod:`.features`)."""
         return x if self.basis is None else self.basis(x)
 
     def forward(self, x: torch.Tensor, offset: torch.Tensor | None = None) -> torch.Tensor:
         """``eta`` for standardized features ``x`` (what the data module's batches hold),
         plus the batch's ``offset`` when it has one."""
-        phi = self._phi(x)
+        phi = self.phi(x)
         return self.model(phi) if offset is None else self.model(phi, offset)
 
     def standardize(self, x: torch.Tensor) -> torch.Tensor:
         """Apply the training split's standardization to raw features."""
-        z = (x.to(self.feature_mean) - self.feature_mean) / self.feature_scale
-        return z.to(self.data_dtype)
+        return standardize(x, self.feature_mean, self.feature_scale, self.data_dtype)
 
     @torch.no_grad()
     def predict_proba(self, x_raw: torch.Tensor) -> torch.Tensor:
         """``mu`` for raw (unstandardized) features: probabilities for classifiers."""
-        return self.model.predict_proba(self._phi(self.standardize(x_raw)))
+        return self.model.predict_proba(self.phi(self.standardize(x_raw)))
 
     @torch.no_grad()
     def predict(self, x_raw: torch.Tensor) -> torch.Tensor:
         """Labels (classifiers) or the mean (regression) for raw features."""
-        return self.model.predict(self._phi(self.standardize(x_raw)))
+        return self.model.predict(self.phi(self.standardize(x_raw)))
 
     def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
-        return self.model.predict_proba(self._phi(batch.x))
+        return self.model.predict_proba(self.phi(batch.x))
 
     # -- training -----------------------------------------------------------------
     def configure_optimizers(self):
@@ -432,7 +434,7 @@ class GLMTask(pl.LightningModule):
 
     def training_step(self, batch: Batch | BatchBlock, batch_idx: int):
         if self.solver != "sgd":
-            x = self._phi(batch.x)
+            x = self.phi(batch.x)
             self.fitter.accumulate(Batch(x, batch.y, batch.weight, batch.offset))
             # The pass ends inside training_step (Lightning counts manual steps only
             # here) and before validation, which then sees the stepped parameters.
@@ -441,7 +443,7 @@ class GLMTask(pl.LightningModule):
             return None
         if not self.automatic_optimization:
             return self._step_block(batch, batch_idx)
-        x = self._phi(batch.x)
+        x = self.phi(batch.x)
         loss = self.model.objective(x, batch.y, batch.weight, batch.offset)
         self._epoch_loss["sum"].add_(loss.detach())
         self._epoch_loss["count"] += 1
@@ -509,7 +511,7 @@ class GLMTask(pl.LightningModule):
     def _closure(self, batch: Batch, forward, last: list, optimizer, epoch: int, step: int):
         """Lightning's closure of one step: forward, epoch loss, zero_grad, backward
         (with Lightning's hooks, or, where ``_plain_steps``, without the dispatch)."""
-        model, phi, acc = self.model, self._phi, self._epoch_loss
+        model, phi, acc = self.model, self.phi, self._epoch_loss
         if self._plain_steps:
             def closure():
                 loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)

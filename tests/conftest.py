@@ -14,6 +14,16 @@ def _float64_by_default():
 
 
 @pytest.fixture
+def one_thread():
+    """One intra-op thread: on a shared, loaded 2-core CPU an OpenMP barrier per tiny op
+    costs milliseconds (``pytestmark = pytest.mark.usefixtures("one_thread")``)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
 def quiet_one_thread():
     """One intra-op thread and no Lightning chatter, for tests that run a Trainer: on a
     shared 2-core CPU an OpenMP barrier per tiny op costs milliseconds."""

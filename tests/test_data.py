@@ -10,13 +10,7 @@ from torchglm.data import DATASETS, TensorBatches, load_dataset, read_table
 from torchglm.data.module import GLMDataModule, shard
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # On a shared, loaded CPU an OpenMP barrier per tiny op costs milliseconds.
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _xy(n=50, d=3, seed=0):

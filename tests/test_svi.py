@@ -23,12 +23,7 @@ D64 = torch.float64
 PRIOR = GaussianPrior(4.0)  # flat bias prior, as the library's objective
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _data(kind, n=200, seed=0):

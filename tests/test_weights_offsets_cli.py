@@ -2,7 +2,6 @@
 binomial proportions with trials match statsmodels GLM fitted on the training split."""
 
 import json
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -16,14 +15,7 @@ from torchglm.data import GLMDataModule
 from torchglm.training.cli import main
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(n)
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.filterwarnings("ignore")]
 
 
 def _write(tmp_path: Path, family: str) -> Path:
@@ -44,10 +36,9 @@ def _write(tmp_path: Path, family: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("family,column", [("poisson", "offset"), ("binomial", "weight")])
-def test_weight_and_offset_columns_match_statsmodels(tmp_path, family, column):
+def _train(tmp_path: Path, family: str, column: str, name: str, standardize: bool) -> tuple[Path, Path]:
+    """An IRLS train.py run on ``_write``'s file with the ``data.<column>: <name>`` column."""
     path = _write(tmp_path, family)
-    name = "log_exposure" if column == "offset" else "trials"
     run_dir = tmp_path / "run"
     config = tmp_path / "config.yaml"
     config.write_text(f"""
@@ -61,14 +52,20 @@ data:
   source: {path}
   target: y
   {column}: {name}
-  standardize: false
+  standardize: {str(standardize).lower()}
   batch_size: 64
 trainer:
   max_epochs: 50
   enable_progress_bar: false
 """)
-    code = main(["--config", str(config), "--run_dir", str(run_dir)])
-    assert code == 0
+    assert main(["--config", str(config), "--run_dir", str(run_dir)]) == 0
+    return path, run_dir
+
+
+@pytest.mark.parametrize("family,column", [("poisson", "offset"), ("binomial", "weight")])
+def test_weight_and_offset_columns_match_statsmodels(tmp_path, family, column):
+    name = "log_exposure" if column == "offset" else "trials"
+    path, run_dir = _train(tmp_path, family, column, name, standardize=False)
     dm = GLMDataModule(str(path), target="y", standardize=False, **{column: name})
     dm.setup()
     idx = dm.split("train")
@@ -97,37 +94,13 @@ def test_weight_column_errors(tmp_path):
         GLMDataModule("iris", weight="w").setup()
 
 
-def _train_poisson(tmp_path: Path, standardize: bool) -> tuple[Path, Path]:
-    path = _write(tmp_path, "poisson")
-    run_dir = tmp_path / "run"
-    config = tmp_path / "config.yaml"
-    config.write_text(f"""
-model:
-  model:
-    class_path: torchglm.GeneralizedLinearModel
-    init_args:
-      family: poisson
-  solver: irls
-data:
-  source: {path}
-  target: y
-  offset: log_exposure
-  standardize: {str(standardize).lower()}
-trainer:
-  max_epochs: 50
-  enable_progress_bar: false
-""")
-    assert main(["--config", str(config), "--run_dir", str(run_dir)]) == 0
-    return path, run_dir
-
-
 def test_predict_adds_the_offset_column(tmp_path, capsys):
     """A model trained with ``data.offset: log_exposure`` predicts
     ``exp(b + x w + log_exposure)``: equal to statsmodels' ``GLM.predict(exog,
     offset=...)`` of the same fit on the training split (features standardized by the
     run, the offset not), from a CSV (the column among others, in any order) and from an
     NPZ of column arrays. A file without the column is one ``error:`` line, exit 2."""
-    path, run_dir = _train_poisson(tmp_path, standardize=True)
+    path, run_dir = _train(tmp_path, "poisson", "offset", "log_exposure", standardize=True)
     dm = GLMDataModule(str(path), target="y", offset="log_exposure")
     dm.setup()
     x_tr, y_tr = (t.numpy() for t in dm.split("train"))

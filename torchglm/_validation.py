@@ -13,6 +13,9 @@ bring back a single boolean.
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -24,6 +27,7 @@ except ImportError:  # pragma: no cover - scikit-learn is optional
     _BaseConvergenceWarning = UserWarning
 
 __all__ = [
+    "warn",
     "InputError",
     "NotFittedError",
     "ConvergenceWarning",
@@ -44,6 +48,20 @@ __all__ = [
     "feature_names_of",
     "per_sample_tensors",
 ]
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def warn(message: str, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` attributed to the first frame outside torchglm: the user's
+    line that called into the library (or the framework's, e.g. Lightning's, that
+    did), so the warning points at the caller wherever inside the package it
+    arose (Python 3.12's ``skip_file_prefixes``, by hand)."""
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level + 1)
 
 
 class InputError(ValueError):

@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import copy
 import math
-import warnings
 from dataclasses import asdict, dataclass, field
 
 import torch
 
-from .._validation import ConvergenceWarning, check_positive, fail
+from .._validation import ConvergenceWarning, check_positive, fail, warn
 from ._layout import check_model
 from .laplace import fit_map, laplace_posterior
 from .metrics import predictive_metrics
@@ -280,6 +279,6 @@ def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance
     post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)
     gamma = m - float(torch.diagonal(post.covariance)[:m].sum()) / lam
     if not converged:
-        warnings.warn(f"evidence_fixed_point: max_iter={max_iter} reached at lambda={lam:.6g}",
-                      ConvergenceWarning, stacklevel=2)
+        warn(f"evidence_fixed_point: max_iter={max_iter} reached at lambda={lam:.6g}",
+                      ConvergenceWarning)
     return EvidenceFixedPoint(lam, post.log_evidence, gamma, converged, history)

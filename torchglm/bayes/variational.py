@@ -39,13 +39,12 @@ the EM update of PRML 10.6.2 / 9.3.4): ``lambda_w = (||m_w||^2 + tr S_ww) / M``.
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 
-from .._validation import ConvergenceWarning, check_positive, fail
+from .._validation import ConvergenceWarning, check_positive, fail, warn
 from ..data.batches import Batch
 from ..solvers.base import FitResult, Fitter, all_reduce_sum, run_passes
 from ._layout import GaussianDraws, as_batches, check_model, n_bias, n_weights
@@ -278,7 +277,7 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
     if fitter.mean is None:
         raise fail("data", "at least one batch", "no batches")
     if not result.converged:
-        warnings.warn(f"variational_posterior: {result.message}", ConvergenceWarning, stacklevel=2)
+        warn(f"variational_posterior: {result.message}", ConvergenceWarning)
     return VariationalPosterior(
         mean=fitter.mean, covariance=fitter.cov, precision=fitter.prec_q, scale=fitter.scale,
         elbo=fitter.elbo, prior=fitter.prior,

@@ -5,11 +5,12 @@ the directions along which a separated fit diverges."""
 from __future__ import annotations
 
 import math
-import warnings
 from typing import NamedTuple
 
 import torch
 from scipy import stats
+
+from .._validation import warn
 
 __all__ = ["Identifiability", "identifiability"]
 
@@ -65,16 +66,15 @@ def identifiability(info: torch.Tensor, tol: float = _RANK_TOL) -> Identifiabili
     return Identifiability(int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), evecs[:, ~keep], s)
 
 
-def _pearson_scale(pearson: float, df_resid: float, stacklevel: int = 2) -> float:
+def _pearson_scale(pearson: float, df_resid: float) -> float:
     """``phi = X^2 / df_resid``; with ``df_resid <= 0`` it is undefined: like
     statsmodels (a division warning, then ``inf`` or ``nan``) return ``X^2 / 0``'s
-    IEEE value, ``inf`` (``nan`` for a perfect fit), and warn (``stacklevel`` frames up:
-    the caller of ``glm_results``)."""
+    IEEE value, ``inf`` (``nan`` for a perfect fit), and warn (at the caller of
+    ``glm_results``)."""
     if df_resid > 0:
         return pearson / df_resid
-    warnings.warn(f"df_resid = {df_resid:g}: no residual degrees of freedom, the dispersion "
-                  "(scale) is undefined; standard errors and tests are inf/nan", RuntimeWarning,
-                  stacklevel=stacklevel)
+    warn(f"df_resid = {df_resid:g}: no residual degrees of freedom, the dispersion "
+         "(scale) is undefined; standard errors and tests are inf/nan", RuntimeWarning)
     return math.inf if pearson > 0 else math.nan
 
 

@@ -189,7 +189,7 @@ def _estimate(model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float
     df_model = rank - fs.n_constants
     df_resid = fs.nobs - rank
     if fs.scale_from_pearson:
-        scale = _pearson_scale(fs.pearson, df_resid, stacklevel=4)
+        scale = _pearson_scale(fs.pearson, df_resid)
         llf_scale = fs.pearson / fs.nobs if fs.concentrated else scale
         fs = fs._replace(scale=scale, llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
                          llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)))

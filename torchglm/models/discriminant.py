@@ -18,11 +18,10 @@ offset of the features costs no precision.
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 
-from .._validation import NumericalWarning, fail
+from .._validation import NumericalWarning, fail, warn
 from .generative import LOG_2PI, GenerativeClassifier, log_det_and_factor
 
 __all__ = [
@@ -134,12 +133,12 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
             cov = (1 - self.reg) * cov + self.reg * eye
         cov, L, log_det, eps = log_det_and_factor(cov, "covariance")
         if eps > 0:
-            warnings.warn(
+            warn(
                 f"covariance is singular (a constant feature, collinear features, or a class with "
                 f"no more samples than the {self.n_features} features; class counts "
                 f"{[round(float(c), 6) for c in class_count]}): added {eps:g} x mean variance to "
                 f"the diagonal. Set shrinkage or reg to choose the regularization yourself.",
-                NumericalWarning, stacklevel=4,
+                NumericalWarning,
             )
         self.means.copy_(means)
         self.covariance.copy_(cov)

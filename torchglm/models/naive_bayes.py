@@ -32,12 +32,11 @@ from __future__ import annotations
 
 import math
 import numbers
-import warnings
 
 import numpy as np
 import torch
 
-from .._validation import NumericalWarning, fail
+from .._validation import NumericalWarning, fail, warn
 from .generative import LOG_2PI, GenerativeClassifier, _stored_values, class_sums, matmul, row_sum
 
 __all__ = ["MultinomialNB", "BernoulliNB", "GaussianNB", "PoissonNB"]
@@ -59,10 +58,10 @@ def _check_counts(name: str, x: torch.Tensor) -> None:
 def _smoothing(alpha: float, has_zero: bool, what: str) -> float:
     """``alpha``, or the fallback when ``alpha == 0`` leaves a zero probability."""
     if alpha == 0 and has_zero:
-        warnings.warn(
+        warn(
             f"alpha=0 leaves {what} at probability 0 (log-likelihood -inf for data containing it); "
             f"using alpha={_ALPHA_FALLBACK:g} instead",
-            NumericalWarning, stacklevel=5,
+            NumericalWarning,
         )
         return _ALPHA_FALLBACK
     return alpha
@@ -447,10 +446,10 @@ class GaussianNB(GenerativeClassifier):
         var = var + self.var_smoothing * total_var.max()
         if bool((var <= 0).any()):
             floor = torch.finfo(var.dtype).eps * (total_var + total_mean * total_mean).max().clamp_min(1)
-            warnings.warn(
+            warn(
                 f"zero variance for some (class, feature) pairs even after var_smoothing="
                 f"{self.var_smoothing:g}; added {float(floor):.3g} to every variance",
-                NumericalWarning, stacklevel=4,
+                NumericalWarning,
             )
             var = var + floor
         self.means.copy_(means)

@@ -24,12 +24,11 @@ solution, with a :class:`~torchglm.NumericalWarning`). A second pass evaluates
 
 from __future__ import annotations
 
-import warnings
 
 import torch
 import torch.distributed as dist
 
-from .._validation import NumericalWarning, fail
+from .._validation import NumericalWarning, fail, warn
 from ..passes import FitResult, Fitter
 from .derivatives import PassSums, flat_parameters, penalty_mask, set_flat_parameters
 
@@ -152,9 +151,9 @@ class QRFitter(Fitter):
         z = Vh.T @ (torch.where(keep, 1.0 / sv, torch.zeros_like(sv)) * (U.T @ qtb))
         theta = z / c
         if self.rank < p:
-            warnings.warn(f"qr: the design is rank {self.rank} of {p} to working precision after "
+            warn(f"qr: the design is rank {self.rank} of {p} to working precision after "
                           f"column equilibration; minimum-norm solution on the rest",
-                          NumericalWarning, stacklevel=4)
+                          NumericalWarning)
         self.theta = theta
         set_flat_parameters(self.model, theta)
         self.solved = True

@@ -50,11 +50,11 @@ classifiers are watched for separation (see :meth:`StepFitter._check_separation`
 from __future__ import annotations
 
 import math
-import warnings
 
 import torch
 
 from .._validation import ConvergenceWarning, NumericalWarning, SeparationWarning, check_positive, fail
+from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from .base import FitResult, Fitter
 from .derivatives import (
     PassSums,
@@ -560,7 +560,7 @@ class StepFitter(Fitter):
 
     def _note(self, text: str) -> None:
         if text not in self.notes:
-            warnings.warn(f"{self.name}: {text}", NumericalWarning, stacklevel=4)
+            _warn(f"{self.name}: {text}", NumericalWarning)
         self.notes[text] = self.notes.get(text, 0) + 1
 
     def _check_separation(self, s: PassSums, delta: torch.Tensor, step: float) -> bool:
@@ -593,7 +593,7 @@ class StepFitter(Fitter):
                f"probabilities numerically 0 or 1 and the coefficients diverge along "
                f"{coefs}; the unpenalized maximum-likelihood estimate does not exist. "
                f"Fit with an L2 penalty (l2 > 0, e.g. l2=1e-4) for finite coefficients.")
-        warnings.warn(msg, SeparationWarning, stacklevel=4)
+        _warn(msg, SeparationWarning)
         self._finish(False, msg)
         return True
 
@@ -617,4 +617,4 @@ class StepFitter(Fitter):
             r.message = (f"{r.extra['first_order_stop']}; then {r.extra['finish_steps']} "
                          f"Newton-type step(s): {message}")
         if warn:
-            warnings.warn(f"{self.name}: {message}", ConvergenceWarning, stacklevel=4)
+            _warn(f"{self.name}: {message}", ConvergenceWarning)

@@ -17,12 +17,11 @@ training standard deviation of each feature.
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import pytorch_lightning as pl
 
-from .._validation import InputError
+from .._validation import InputError, warn
 from ..data.batches import Batch
 from ..inference import GLMResults, glm_results
 from .features import feature_map
@@ -77,7 +76,7 @@ class InferenceSummary(pl.Callback):
                               feature_names=names)
         except InputError as err:
             # A summary is a report on the run, not part of it: say why there is none.
-            warnings.warn(f"InferenceSummary: no summary written: {err}", RuntimeWarning, stacklevel=2)
+            warn(f"InferenceSummary: no summary written: {err}", RuntimeWarning)
             return
         if getattr(dm, "standardize", False):
             res.notes.append("features were standardized on the training split: each coefficient "

@@ -42,7 +42,7 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from .._validation import ConvergenceWarning, check_positive, fail
+from .._validation import ConvergenceWarning, check_positive, fail, warn
 from ..data.batches import Batch, BatchBlock
 from ..solvers.base import FitResult
 from .data_module import GLMDataModule
@@ -627,7 +627,7 @@ class GLMTask(pl.LightningModule):
             self.fit_result.converged = False
             self.fit_result.message = (f"stopped by the trainer after {self.current_epoch} passes, before "
                                        f"the '{self.solver}' solver's stopping rule held")
-            warnings.warn(self.fit_result.message, ConvergenceWarning, stacklevel=2)
+            warn(self.fit_result.message, ConvergenceWarning)
         if self.solver == "sgd":
             self.fit_result = FitResult(
                 solver=f"sgd ({type(self.trainer.optimizers[0]).__name__})",

@@ -174,6 +174,7 @@ def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool
             separated data: the posterior is then improper).
 
     Example:
+        >>> x = torch.randn(200, 2); y = (x[:, 0] - x[:, 1] + torch.randn(200) > 0).float()
         >>> post = laplace_posterior(LogisticRegression(2), (x, y), GaussianPrior(1.0))
         >>> post.covariance.shape
         torch.Size([3, 3])

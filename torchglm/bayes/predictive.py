@@ -143,8 +143,14 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPo
             or a posterior over a different number of coefficients.
 
     Example:
+        >>> from torchglm.bayes import GaussianPrior, laplace_posterior
+        >>> x = torch.randn(200, 2, dtype=torch.float64)
+        >>> y = (x[:, 0] - x[:, 1] + torch.randn_like(x[:, 0]) > 0).double()
+        >>> x_test = torch.randn(5, 2, dtype=torch.float64)
+        >>> model = LogisticRegression(2)
         >>> pred = predictive(model, laplace_posterior(model, (x, y), GaussianPrior(1.0)), x_test)
-        >>> pred.proba.shape, pred.eta_var.shape
+        >>> pred.method, pred.proba.shape, pred.eta_var.shape
+        ('probit', torch.Size([5]), torch.Size([5]))
     """
     check_model(model)
     check_features("x", x, model.n_features)

@@ -103,9 +103,15 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
         :class:`PosteriorSamples` with R-hat and ESS.
 
     Example:
+        >>> from torchglm.bayes import GaussianPrior, laplace_posterior
+        >>> x = torch.randn(200, 2, dtype=torch.float64)
+        >>> y = (x[:, 0] - x[:, 1] + torch.randn_like(x[:, 0]) > 0).double()
+        >>> model = LogisticRegression(2)
         >>> post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
-        >>> draws = sample_posterior(model, (x, y), post, num_chains=2)
-        >>> draws.diagnostics()["max_rhat"] < 1.05
+        >>> draws = sample_posterior(model, (x, y), post, num_chains=2, num_samples=200,
+        ...                          warmup_steps=100)
+        >>> draws.samples.shape, draws.diagnostics()["max_rhat"] < 1.05
+        (torch.Size([2, 200, 3]), True)
     """
     check_model(model)
     batches = as_batches(data, model)

@@ -131,8 +131,11 @@ def evidence_curve(model, data, lambdas=None, bias_variance: float | None = None
         :class:`LambdaCurve` with ``criterion="log_evidence"``.
 
     Example:
+        >>> _ = torch.manual_seed(0)
+        >>> x = torch.randn(200, 5); y = (x.sum(1) + torch.randn(200) > 0).float()
         >>> curve = evidence_curve(LogisticRegression(5), (x, y))
-        >>> curve.best_lambda, curve.at_boundary
+        >>> round(curve.best_lambda, 1), curve.at_boundary
+        (4.2, False)
     """
     check_model(model)
     grid = _check_grid(default_lambdas() if lambdas is None else lambdas)

@@ -151,8 +151,14 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
             model or prior, batches without ``laplace``, or a bad setting.
 
     Example:
-        >>> q = svi_posterior(ProbitRegression(2), (x, y), GaussianPrior(1.0))
-        >>> pred = predictive(model, q, x_test)        # exact probit predictive under q
+        >>> from torchglm.bayes import predictive
+        >>> x = torch.randn(200, 2, dtype=torch.float64)
+        >>> y = (x[:, 0] - x[:, 1] + torch.randn_like(x[:, 0]) > 0).double()
+        >>> model = ProbitRegression(2)
+        >>> q = svi_posterior(model, (x, y), GaussianPrior(1.0), num_steps=200)
+        >>> pred = predictive(model, q, x[:5])        # exact probit predictive under q
+        >>> pred.method, pred.proba.shape
+        ('exact', torch.Size([5]))
     """
     check_model(model)
     batches = as_batches(data, model)

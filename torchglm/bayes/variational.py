@@ -257,8 +257,13 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
             singular ``S^{-1}`` (flat bias prior with no data curvature on the bias).
 
     Example:
-        >>> q = variational_posterior(LogisticRegression(2), (x, y), GaussianPrior(1.0))
-        >>> pred = predictive(model, q, x_test)      # probit approximation, as for Laplace
+        >>> from torchglm.bayes import predictive
+        >>> x = torch.randn(200, 2); y = (x[:, 0] - x[:, 1] + torch.randn(200) > 0).float()
+        >>> model = LogisticRegression(2)
+        >>> q = variational_posterior(model, (x, y), GaussianPrior(1.0))
+        >>> pred = predictive(model, q, x[:5])      # probit approximation, as for Laplace
+        >>> pred.method, pred.proba.shape
+        ('probit', torch.Size([5]))
     """
     check_model(model)
     if not has_jj_bound(model):

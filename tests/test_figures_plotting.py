@@ -135,3 +135,17 @@ def test_palette_png_looks_like_the_full_colour_one(tmp_path):
     assert full.shape == small.shape
     assert np.abs(full - small).mean() < 0.01
     assert (tmp_path / "b.png").stat().st_size < (tmp_path / "a.png").stat().st_size
+
+
+def test_importing_the_plotting_modules_keeps_the_users_backend():
+    """No ``matplotlib.use`` at import (it changed a notebook's backend): figures are
+    made on their own Figure objects, never through pyplot."""
+    import subprocess
+    import sys
+
+    code = ("import matplotlib; import torchglm.plotting, torchglm.figures, "
+            "torchglm.training.plot_callbacks; print(matplotlib.get_backend())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**__import__("os").environ, "MPLBACKEND": "svg"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "svg"

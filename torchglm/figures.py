@@ -32,6 +32,7 @@ import sys
 import warnings
 from typing import Callable
 
+import matplotlib
 import torch
 
 from . import plotting
@@ -43,7 +44,7 @@ from .data.batches import TensorBatches
 from .data.datasets import gaussian_classes, load_dataset, moons, xor
 from .models import LogisticRegression
 from .models.discriminant import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
-from .plotting import plt, save_figure
+from .plotting import save_figure, subplots
 from .solvers.base import run_passes
 
 __all__ = ["FIGURES", "make_figure", "main"]
@@ -78,7 +79,7 @@ def gda_shared(out: str, quick: bool = False) -> dict:
     gda.fit(x, y)
     logit = LogisticRegression(2)
     logit.fit(x, y, solver="newton")
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = subplots(1, 3, figsize=(15, 4.2))
     plotting.class_conditional_densities(gda.class_log_likelihood, x, y, ax=axes[0],
                                          title=r"fitted $p(x\,|\,C_k)$, shared $\Sigma$")
     plotting.decision_regions(gda, x, y, ax=axes[1],
@@ -127,7 +128,7 @@ def qda_three_classes(out: str, quick: bool = False) -> dict:
     qda.fit(x, y)
     lda = LinearDiscriminantAnalysis(2, 3)
     lda.fit(x, y)
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    fig, axes = subplots(1, 3, figsize=(15, 4.2))
     plotting.class_conditional_densities(qda.class_log_likelihood, x, y, ax=axes[0],
                                          title=r"fitted $p(x\,|\,C_k)$, one $\Sigma_k$ per class")
     plotting.decision_regions(qda, x, y, ax=axes[1],
@@ -153,7 +154,7 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
     n_train, n_test = (150, 300) if quick else (400, 2000)
     data = {"moons (noise 0.2)": lambda n, s: moons(n, noise=0.2, seed=s),
             "XOR (noise 0.4)": lambda n, s: xor(n, noise=0.4, seed=s)}
-    fig, axes = plt.subplots(2, 2, figsize=(10.5, 8.4))
+    fig, axes = subplots(2, 2, figsize=(10.5, 8.4))
     result = {}
     for row, (name, make) in enumerate(data.items()):
         x, y = _tensors(make(n_train, 0))
@@ -201,7 +202,7 @@ def basis_feature_space(out: str, quick: bool = False) -> dict:
     model.fit(phi(x), y, solver="newton")
     linear = LogisticRegression(2, l2=1e-2)
     linear.fit(x, y, solver="newton")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    fig, axes = subplots(1, 2, figsize=(11, 4.6))
     ax = axes[0]
     plotting.decision_regions(model, x, y, basis=phi, ax=ax, colorbar=False,
                               title="input space: not linearly separable")
@@ -280,14 +281,14 @@ def separable_weight_norm(out: str, quick: bool = False) -> dict:
     for name, l2 in (("no penalty (ML)", 0.0), ("L2, l2 = 0.01", 0.01)):
         model = LogisticRegression(1, l2=l2)
         paths[name], params[name] = _gradient_descent_path(model, x, y, n_iter, lr)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = subplots(1, 2, figsize=(11, 4.2))
     plotting.weight_norm_paths(paths, ax=axes[0], title=r"$\|w\|$ per gradient-descent step")
     axes[0].set_xscale("symlog", linthresh=10)
     ax = axes[1]
     grid = torch.linspace(-3.0, 3.0, 500, dtype=torch.float64)
     ml = params["no penalty (ML)"]
     checkpoints = sorted({min(k, len(ml) - 1) for k in (10, 100, 1000, n_iter)})
-    cmap = plt.get_cmap("Reds")
+    cmap = matplotlib.colormaps["Reds"]
     for i, k in enumerate(checkpoints):
         w, b = ml[k]
         ax.plot(grid, torch.sigmoid(w * grid + b), c=cmap(0.35 + 0.65 * i / max(len(checkpoints) - 1, 1)),
@@ -386,7 +387,7 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     limits = (-10.0, 10.0, -10.0, 10.0)
     res = 80 if quick else 250
     levels = (0.1, 0.3, 0.5, 0.7, 0.9)
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.4))
+    fig, axes = subplots(1, 3, figsize=(16, 4.4))
     plotting.decision_regions(model, x, y, ax=axes[0], limits=limits, resolution=res, levels=levels,
                               colorbar=False, title=r"MAP plug-in $\sigma(w_{MAP}^T x)$")
     plotting.decision_regions(bayes, x, y, ax=axes[1], limits=limits, resolution=res, levels=levels,

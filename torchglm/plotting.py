@@ -1,8 +1,10 @@
 """The pictures people look at: decision regions, posteriors, class-conditional
 densities, calibration, and solver convergence.
 
-Every function draws with matplotlib's non-interactive ``Agg`` backend, returns
-the :class:`matplotlib.figure.Figure` (so a caller can log it to TensorBoard with
+Every function draws on a :class:`matplotlib.figure.Figure` made directly (not
+through ``pyplot``, so importing this module never changes a notebook's backend and
+no figure is kept by pyplot's registry; saving renders with Agg), returns the
+:class:`matplotlib.figure.Figure` (so a caller can log it to TensorBoard with
 ``SummaryWriter.add_figure``) and leaves saving to :func:`save_figure`. Models are
 used only through ``predict_proba(x)``: p(C_1|x) of shape (n,) for binary models,
 class probabilities (n, K) otherwise; an optional fixed ``basis`` is applied first,
@@ -15,22 +17,18 @@ import io
 import os
 from typing import Callable, Mapping, Sequence
 
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
+from PIL import Image  # (a matplotlib dependency)
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from matplotlib.colors import to_rgb  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from PIL import Image  # noqa: E402  (a matplotlib dependency)
-
-from ._validation import fail  # noqa: E402
+from ._validation import fail
 
 __all__ = [
     "CLASS_COLORS",
     "save_figure",
+    "subplots",
     "input_grid",
     "posterior_on_grid",
     "decision_regions",
@@ -66,14 +64,21 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI, close: boo
     else:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     if close:
-        plt.close(fig)
+        fig.clear()  # not pyplot's: nothing else holds it
     return path
+
+
+def subplots(nrows: int = 1, ncols: int = 1, *, figsize=None, **kwargs):
+    """``(fig, axes)`` like ``pyplot.subplots``, on a :class:`Figure` of its own (no
+    pyplot: the caller's backend is untouched and nothing is registered to close)."""
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots(nrows, ncols, **kwargs)
 
 
 def _axes(ax, figsize=(5.0, 4.2)):
     if ax is None:
-        fig, ax = plt.subplots(figsize=figsize)
-        return fig, ax
+        fig = Figure(figsize=figsize)
+        return fig, fig.subplots()
     return ax.figure, ax
 
 
@@ -269,8 +274,8 @@ def reliability_diagram(y: torch.Tensor, proba: torch.Tensor | Mapping[str, torc
     """
     curves = proba if isinstance(proba, Mapping) else {"model": proba}
     if ax is None:
-        fig, (ax, hax) = plt.subplots(2, 1, figsize=(4.6, 5.2), sharex=True,
-                                      gridspec_kw={"height_ratios": [3, 1]})
+        fig = Figure(figsize=(4.6, 5.2))
+        ax, hax = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     else:
         fig, hax = ax.figure, None
     ax.plot([0, 1], [0, 1], ls="--", c="0.5", lw=1, label="perfectly calibrated")
@@ -318,7 +323,8 @@ def solver_convergence(histories: Mapping[str, Sequence[Mapping[str, float]]],
     Raises:
         InputError: if a history lacks one of ``keys``.
     """
-    fig, axes = plt.subplots(1, len(keys), figsize=(4.8 * len(keys), 3.8), squeeze=False)
+    fig = Figure(figsize=(4.8 * len(keys), 3.8))
+    axes = fig.subplots(1, len(keys), squeeze=False)
     floor = 4 * np.finfo(np.float64).eps * max(1.0, abs(optimum)) if optimum is not None else 0.0
     styles = [dict(marker="o", ls="-"), dict(marker="x", ls="--"), dict(marker="s", ls=":"),
               dict(marker="^", ls="-.")]

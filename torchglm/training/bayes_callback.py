@@ -294,12 +294,10 @@ class BayesianEvaluation(pl.Callback):
 
 
 def _curve_figure(curves: dict[str, LambdaCurve]):
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(curves), figsize=(5 * len(curves), 3.5), squeeze=False)
+    fig = Figure(figsize=(5 * len(curves), 3.5))  # not pyplot's: no backend change
+    axes = fig.subplots(1, len(curves), squeeze=False)
     for ax, (name, c) in zip(axes[0], curves.items()):
         ax.semilogx(c.lambdas, c.scores[c.criterion], "o-")
         ax.axvline(c.best_lambda, color="k", ls="--", lw=1)

@@ -137,6 +137,6 @@ class FigureLogger(pl.Callback):
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
                     logger.experiment.add_figure(f"{stage}/{name}", fig, global_step=trainer.global_step)
-            plotting.plt.close(fig)
+            fig.clear()
         self.saved.extend(paths)
         return paths

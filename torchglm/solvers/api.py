@@ -138,6 +138,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
         InputError: on invalid data or options.
 
     Example:
+        >>> x = torch.randn(200, 4); y = (x[:, 0] + torch.randn(200) > 0).float()
         >>> model = LogisticRegression(4, l2=1e-3)
         >>> result = fit(model, x, y, solver="newton")
         >>> result.converged

@@ -581,8 +581,12 @@ def hessian_and_gradient(model, batches: Iterable[Batch], expected: bool = False
         ``sum_i s_i`` for the Hessian of the summed negative log-likelihood.
 
     Example:
+        >>> from torchglm.data import TensorBatches
+        >>> x = torch.randn(200, 3); y = (x[:, 0] + torch.randn(200) > 0).float()
         >>> m = LogisticRegression(3, l2=0.1)
         >>> loss, g, H = hessian_and_gradient(m, TensorBatches(x, y))
+        >>> g.shape, H.shape, H.dtype
+        (torch.Size([4]), torch.Size([4, 4]), torch.float64)
     """
     theta = flat_parameters(model, dtype).to(model.param_device)
     sums = PassSums(model, theta, "expected" if expected else "full")

@@ -44,7 +44,11 @@ class QRFitter(Fitter):
         max_iter, tol: accepted for a uniform solver interface; the solve is direct.
 
     Example:
+        >>> from torchglm.solvers import fit
+        >>> x = torch.randn(200, 3); y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.1 * torch.randn(200)
         >>> result = fit(GeneralizedLinearModel(3, "gaussian"), x, y, solver="qr")
+        >>> result.converged, result.n_iter          # one direct solve
+        (True, 1)
     """
 
     name = "qr"

@@ -71,8 +71,13 @@ class NewtonFitter(_SecondOrder):
         **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
 
     Example:
+        >>> from torchglm.data import TensorBatches
+        >>> from torchglm.solvers import run_passes
+        >>> x = torch.randn(200, 5); y = (x[:, 0] + torch.randn(200) > 0).float()
         >>> fitter = NewtonFitter(LogisticRegression(5))
         >>> result = run_passes(fitter, TensorBatches(x, y, batch_size=10_000), 200)
+        >>> result.converged
+        True
     """
 
     name = "newton"

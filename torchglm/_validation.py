@@ -28,6 +28,7 @@ except ImportError:  # pragma: no cover - scikit-learn is optional
 
 __all__ = [
     "warn",
+    "optional_import",
     "InputError",
     "NotFittedError",
     "ConvergenceWarning",
@@ -62,6 +63,18 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
         frame, level = frame.f_back, level + 1
     warnings.warn(message, category, stacklevel=level + 1)
+
+
+def optional_import(module: str, feature: str, extra: str):
+    """Import an optional dependency, or raise an :class:`InputError` that names the
+    feature needing it and the extra that installs it (``pip install torchglm[extra]``)."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise InputError(f"{feature}: needs the optional dependency '{module.split('.')[0]}', "
+                         f"not installed (pip install 'torchglm[{extra}]')") from None
 
 
 class InputError(ValueError):

@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .._validation import check_finite, check_positive, fail
+from .._validation import check_finite, check_positive, fail, optional_import
 from ..distributed import shard_range
 from .batches import Batch
 
@@ -149,7 +149,7 @@ class ParquetBatches(_TableBatches):
     def __init__(self, path, target: str, batch_size: int = 65536, dtype=torch.float64,
                  classification: bool = True, device="cpu", shard: bool = True):
         super().__init__(path, target, batch_size, dtype, classification, device, shard)
-        import pyarrow.parquet as pq
+        pq = optional_import("pyarrow.parquet", "ParquetBatches", "parquet")
 
         self._file = pq.ParquetFile(self.path)
         self.n_rows = self._file.metadata.num_rows
@@ -169,6 +169,5 @@ class CSVBatches(_TableBatches):
             self.n_rows = max(sum(1 for _ in f) - 1, 0)
 
     def _frames(self):
-        import pandas as pd
-
+        pd = optional_import("pandas", "CSVBatches", "parquet")
         yield from pd.read_csv(self.path, chunksize=self.batch_size)

@@ -77,9 +77,22 @@ def glm_results(
             parameters where the Hessian is not finite.
 
     Example:
+        >>> x = torch.randn(200, 2); y = torch.poisson(torch.exp(0.5 * x[:, 0] - 0.3 * x[:, 1]))
         >>> m = GeneralizedLinearModel(2, "poisson")
         >>> fr = m.fit(x, y, solver="irls")
         >>> print(glm_results(m, x, y, fit_result=fr).summary())
+                               Generalized linear model results
+        ==============================================================================
+        Family:                        poisson  No. observations:                  200
+        Link:                              log  Df residuals:                      197
+        Solver:                           irls  Df model:                            2
+        ...
+                           coef    std err        z    P>|z|      [0.025      0.975]
+        ------------------------------------------------------------------------------
+        x0 ...
+        x1 ...
+        intercept ...
+        ==============================================================================
     """
     batches, feature_names, information = _inputs(model, x, y, weight, offset, batches, fit_result,
                                                   information, alpha, feature_names)
@@ -252,8 +265,20 @@ def fit_glm(model, x, y, weight=None, offset=None, solver: str = "irls", *, alph
     scipy.sparse); a DataFrame's column names name the coefficients.
 
     Example:
+        >>> x = torch.randn(200, 3)
+        >>> y = torch.distributions.Gamma(2.0, 2.0 / torch.exp(0.5 * x[:, 0])).sample()  # mean exp(0.5 x0)
         >>> res = fit_glm(GeneralizedLinearModel(3, "gamma", link="log"), x, y)
         >>> print(res.summary())
+                               Generalized linear model results
+        ==============================================================================
+        Family:                          gamma  No. observations:                  200
+        Link:                              log  Df residuals:                      196
+        ...
+        x0 ...
+        x1 ...
+        x2 ...
+        intercept ...
+        ==============================================================================
     """
     names = feature_names_of(x)
     x, y, weight, offset = model.as_data(x, y, weight, offset)  # converted once for fit and results

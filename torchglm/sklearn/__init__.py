@@ -18,8 +18,12 @@ Penalties: ``C`` (classifiers) is scikit-learn's inverse regularization,
 Example:
     >>> from sklearn.pipeline import make_pipeline
     >>> from sklearn.preprocessing import StandardScaler
+    >>> from sklearn.datasets import load_breast_cancer
     >>> from torchglm.sklearn import LogisticRegression
+    >>> X, y = load_breast_cancer(return_X_y=True)
     >>> clf = make_pipeline(StandardScaler(), LogisticRegression(C=1.0)).fit(X, y)
+    >>> clf.score(X, y) > 0.95
+    True
 """
 
 from ._bayes import BayesianLogisticRegression

@@ -116,6 +116,8 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
         torch module), fit_result_ (the solver's :class:`FitResult`).
 
     Example:
+        >>> from sklearn.datasets import make_classification
+        >>> X, y = make_classification(200, n_features=4, random_state=0)
         >>> clf = GLMClassifier(link="cloglog", C=10.0).fit(X, y)
         >>> clf.predict_proba(X[:2]).shape
         (2, 2)
@@ -288,8 +290,19 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         feature_names_in_, model_, fit_result_.
 
     Example:
+        >>> rng = np.random.default_rng(0)
+        >>> X = rng.normal(size=(200, 2)); counts = rng.poisson(np.exp(0.5 * X[:, 0] - 0.3 * X[:, 1]))
         >>> reg = GLMRegressor(family="poisson").fit(X, counts)
         >>> print(reg.summary(X, counts))
+                               Generalized linear model results
+        ==============================================================================
+        Family:                        poisson  No. observations:                  200
+        Link:                              log  Df residuals:                      197
+        ...
+        x0 ...
+        x1 ...
+        intercept ...
+        ==============================================================================
     """
 
     def __init__(

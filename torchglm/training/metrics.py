@@ -36,8 +36,11 @@ class GLMMetrics(nn.Module):
         ece_bins: number of equal-width bins of the calibration error.
 
     Example:
-        >>> m = GLMMetrics(model.family, 2)          # doctest: +SKIP
-        >>> m.update(model(x), y); m.compute()["accuracy"]   # doctest: +SKIP
+        >>> x = torch.randn(100, 3); y = (x[:, 0] + torch.randn(100) > 0).long()
+        >>> model = LogisticRegression(3); result = model.fit(x, y)
+        >>> m = GLMMetrics(model.family, 2)
+        >>> m.update(model(x), y); sorted(m.compute())
+        ['accuracy', 'auroc', 'deviance', 'ece', 'loss', 'nll']
     """
 
     def __init__(self, family, n_classes: int | None = None, ece_bins: int = 15):

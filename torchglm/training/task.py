@@ -128,8 +128,9 @@ class GLMTask(pl.LightningModule):
             (the fitter's own, or for ``sgd`` one with the per-epoch mean loss).
 
     Example:
+        >>> from functools import partial
         >>> task = GLMTask(partial(LogisticRegression, l2=1e-3), solver="sgd",
-        ...                optimizer=partial(torch.optim.Adam, lr=0.05))   # doctest: +SKIP
+        ...                optimizer=partial(torch.optim.Adam, lr=0.05))
         >>> pl.Trainer(max_epochs=20).fit(task, datamodule=GLMDataModule("breast_cancer"))  # doctest: +SKIP
     """
 

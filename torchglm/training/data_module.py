@@ -28,6 +28,7 @@ from .._validation import (
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
 from ..data.files import read_table
+from ..distributed import shard_range
 from .features import standardization, standardize
 
 __all__ = ["GLMDataModule", "shard"]
@@ -36,9 +37,12 @@ _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
 def shard(n: int, rank: int, world_size: int) -> torch.Tensor:
-    """Row indices ``rank, rank + world_size, ...`` of ``n`` rows: disjoint shards whose
-    union is every row, so a sum over batches all-reduced across ranks is the full sum."""
-    return torch.arange(rank, n, world_size)
+    """Row indices of ``rank``'s shard of ``n`` rows: the contiguous range of
+    :func:`torchglm.distributed.shard_range` (the one sharding rule, also the
+    out-of-core readers'), disjoint shards whose union is every row, so a sum over
+    batches all-reduced across ranks is the full sum."""
+    start, stop = shard_range(n, rank, world_size)
+    return torch.arange(start, stop)
 
 
 class GLMDataModule(pl.LightningDataModule):

@@ -330,3 +330,25 @@ def test_nuts_reports_progress_and_not_by_default(capsys):
     sample_posterior(model, (x, y), post, num_chains=2, num_samples=5, warmup_steps=5)
     out = capsys.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_float32_data_are_promoted_to_the_posteriors_float64():
+    """torch's default float32 data under a float64 posterior: the Laplace predictive,
+    NUTS and SVI run (they raised a dtype mismatch) and agree with float64 data."""
+    from torchglm.bayes import svi_posterior
+
+    g = torch.Generator().manual_seed(8)
+    x64 = torch.randn(120, 2, generator=g, dtype=torch.float64)
+    y = (torch.rand(120, generator=g, dtype=torch.float64) < torch.sigmoid(x64[:, 0])).long()
+    x32 = x64.float()
+    prior = GaussianPrior(1.0)
+    out = {}
+    for name, x in (("32", x32), ("64", x64)):
+        model = LogisticRegression(2, dtype=torch.float32)
+        post = laplace_posterior(model, (x, y), prior)
+        draws = sample_posterior(model, (x, y), post, num_chains=2, num_samples=30, warmup_steps=20)
+        svi = svi_posterior(model, (x, y), prior, num_steps=60)
+        out[name] = [predictive(model, p, x[:5]).proba for p in (post, draws, svi)]
+        assert all(o.dtype == torch.float64 for o in out[name])
+    for a, b in zip(out["32"], out["64"]):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-4)

@@ -163,6 +163,9 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPo
     got = posterior.samples.shape[-1] if isinstance(posterior, PosteriorSamples) else posterior.mean.shape[-1]
     if got != p:
         raise fail("posterior", f"a posterior over this model's {p} coefficients", f"{got} coefficients")
+    # In the posterior's precision (float64) or the data's, whichever is wider.
+    ref = posterior.samples if isinstance(posterior, PosteriorSamples) else posterior.mean
+    x = x.to(torch.promote_types(x.dtype, ref.dtype))
     link = model.family.link.name
     if method == "auto":
         if isinstance(posterior, PosteriorSamples) or model.family.multi_output:

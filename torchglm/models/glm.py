@@ -186,7 +186,13 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
     def linear_predictor(self, theta: torch.Tensor, x: torch.Tensor,
                          offset: torch.Tensor | None = None) -> torch.Tensor:
         """``eta = x W^T + b + offset`` at flat parameters ``theta`` (p,) or a stack (S, p)
-        (:func:`linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack."""
+        (:func:`linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack.
+        Computed in the wider of ``theta``'s and ``x``'s dtypes (float32 data under a
+        float64 posterior are promoted, never the posterior cast down)."""
+        dt = torch.promote_types(theta.dtype, x.dtype)
+        theta, x = theta.to(dt), x.to(dt)
+        if offset is not None:
+            offset = offset.to(dt)
         m = self.n_weights
         W = theta[..., :m].reshape(*theta.shape[:-1], *self.linear.weight.shape)
         b = theta[..., m:] if self.n_bias else None

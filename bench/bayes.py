@@ -49,11 +49,23 @@ from torchglm.data.module import GLMDataModule
 PROBLEMS = [
     # name, data module args, model factory, prior variance
     ("breast_cancer/logistic", {"source": "breast_cancer"}, lambda d: LogisticRegression(d), 1.0),
-    ("gaussians2-small/logistic", {"source": "gaussians2", "val_fraction": 0.25, "test_fraction": 0.7,
-                                   "dataset_options": {"n_samples": 1000, "separation": 1.0}},
-     lambda d: LogisticRegression(d), 10.0),
-    ("gaussians2/probit", {"source": "gaussians2", "dataset_options": {"n_samples": 1000}},
-     lambda d: ProbitRegression(d), 1.0),
+    (
+        "gaussians2-small/logistic",
+        {
+            "source": "gaussians2",
+            "val_fraction": 0.25,
+            "test_fraction": 0.7,
+            "dataset_options": {"n_samples": 1000, "separation": 1.0},
+        },
+        lambda d: LogisticRegression(d),
+        10.0,
+    ),
+    (
+        "gaussians2/probit",
+        {"source": "gaussians2", "dataset_options": {"n_samples": 1000}},
+        lambda d: ProbitRegression(d),
+        1.0,
+    ),
     ("iris/softmax", {"source": "iris"}, lambda d: SoftmaxRegression(d, 3), 1.0),
 ]
 
@@ -76,21 +88,28 @@ def run_problem(name, data_args, factory, lam, chains, draws, warmup):
     post = laplace_posterior(model, (x, y), GaussianPrior(lam))
     t_laplace = time.perf_counter() - t0
     t0 = time.perf_counter()
-    samples = sample_posterior(model, (x, y), post, num_chains=chains, num_samples=draws,
-                               warmup_steps=warmup, seed=0)
+    samples = sample_posterior(
+        model, (x, y), post, num_chains=chains, num_samples=draws, warmup_steps=warmup, seed=0
+    )
     t_nuts = time.perf_counter() - t0
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
-        probas = {"MAP": model.predict_proba(xt),
-                  "Laplace": predictive(model, post, xt, n_samples=20_000, generator=gen).proba,
-                  "MCMC": predictive(model, samples, xt).proba}
+        probas = {
+            "MAP": model.predict_proba(xt),
+            "Laplace": predictive(model, post, xt, n_samples=20_000, generator=gen).proba,
+            "MCMC": predictive(model, samples, xt).proba,
+        }
     rows = {k: predictive_metrics(p, yt) for k, p in probas.items()}
     d = (probas["Laplace"] - probas["MCMC"]).abs()
     out = {
-        "n_train": int(x.shape[0]), "n_test": int(xt.shape[0]), "n_coef": int(post.mean.numel()),
-        "prior_variance": lam, "test": rows,
+        "n_train": int(x.shape[0]),
+        "n_test": int(xt.shape[0]),
+        "n_coef": int(post.mean.numel()),
+        "prior_variance": lam,
+        "test": rows,
         "laplace_vs_mcmc": {"mean_abs_diff": float(d.mean()), "max_abs_diff": float(d.max())},
-        "nuts": samples.diagnostics(), "seconds": {"map_and_laplace": t_laplace, "nuts": t_nuts},
+        "nuts": samples.diagnostics(),
+        "seconds": {"map_and_laplace": t_laplace, "nuts": t_nuts},
     }
     if model.family.link.name == "logit":
         approx, exact = _exact_logistic(model, post, xt)
@@ -98,8 +117,12 @@ def run_problem(name, data_args, factory, lam, chains, draws, warmup):
     grid = [10 ** (e / 2) for e in range(-6, 7)]
     ev = evidence_curve(model, (x, y), grid, refine_steps=10)
     va = validation_curve(model, (x, y), val, grid)
-    out["lambda"] = {"evidence": ev.best_lambda, "evidence_at_boundary": ev.at_boundary,
-                     "validation": va.best_lambda, "validation_at_boundary": va.at_boundary}
+    out["lambda"] = {
+        "evidence": ev.best_lambda,
+        "evidence_at_boundary": ev.at_boundary,
+        "validation": va.best_lambda,
+        "validation_at_boundary": va.at_boundary,
+    }
     return out
 
 
@@ -109,27 +132,42 @@ def main():
     args = ap.parse_args()
     torch.set_default_dtype(torch.float64)
     chains, draws, warmup = (4, 200, 100) if args.quick else (4, 1000, 300)
-    results = {"settings": {"num_chains": chains, "num_samples": draws, "warmup_steps": warmup,
-                            "torch_threads": torch.get_num_threads()}, "problems": {}}
+    results = {
+        "settings": {
+            "num_chains": chains,
+            "num_samples": draws,
+            "warmup_steps": warmup,
+            "torch_threads": torch.get_num_threads(),
+        },
+        "problems": {},
+    }
     for name, data_args, factory, lam in PROBLEMS:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             r = run_problem(name, data_args, factory, lam, chains, draws, warmup)
         results["problems"][name] = r
-        print(f"\n{name}: n_train={r['n_train']} n_test={r['n_test']} coefficients={r['n_coef']} "
-              f"lambda={r['prior_variance']}")
+        print(
+            f"\n{name}: n_train={r['n_train']} n_test={r['n_test']} coefficients={r['n_coef']} "
+            f"lambda={r['prior_variance']}"
+        )
         print(f"{'predictive':<10}{'nll':>9}{'accuracy':>10}{'ece':>9}")
         for k, row in r["test"].items():
             print(f"{k:<10}{row['nll']:>9.4f}{row['accuracy']:>10.4f}{row['ece']:>9.4f}")
         lv = r["laplace_vs_mcmc"]
         extra = r.get("probit_approx_vs_exact_laplace_max_abs_diff")
-        print(f"|p_Laplace - p_MCMC|: mean {lv['mean_abs_diff']:.4f} max {lv['max_abs_diff']:.4f}"
-              + ("" if extra is None else f"; probit approx vs exact Laplace integral: max {extra:.4f}"))
-        print(f"NUTS: max R-hat {r['nuts']['max_rhat']:.4f}, min ESS {r['nuts']['min_ess']:.0f}; "
-              f"time MAP+Laplace {r['seconds']['map_and_laplace']:.2f} s, NUTS {r['seconds']['nuts']:.1f} s")
+        print(
+            f"|p_Laplace - p_MCMC|: mean {lv['mean_abs_diff']:.4f} max {lv['max_abs_diff']:.4f}"
+            + ("" if extra is None else f"; probit approx vs exact Laplace integral: max {extra:.4f}")
+        )
+        print(
+            f"NUTS: max R-hat {r['nuts']['max_rhat']:.4f}, min ESS {r['nuts']['min_ess']:.0f}; "
+            f"time MAP+Laplace {r['seconds']['map_and_laplace']:.2f} s, NUTS {r['seconds']['nuts']:.1f} s"
+        )
         lam = r["lambda"]
-        print(f"lambda by evidence {lam['evidence']:.3g}{' (grid edge)' if lam['evidence_at_boundary'] else ''}, "
-              f"by validation NLL {lam['validation']:.3g}{' (grid edge)' if lam['validation_at_boundary'] else ''}")
+        print(
+            f"lambda by evidence {lam['evidence']:.3g}{' (grid edge)' if lam['evidence_at_boundary'] else ''}, "
+            f"by validation NLL {lam['validation']:.3g}{' (grid edge)' if lam['validation_at_boundary'] else ''}"
+        )
     out = Path(__file__).resolve().parent / "results" / "bayes.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")

@@ -22,9 +22,13 @@ import torch
 sys.path.insert(0, os.path.dirname(__file__))
 from newton import ALPHA, make_problem, objective  # noqa: E402
 
-PROBLEMS = [("logit", 200_000, 50, None), ("logit", 1_000_000, 20, None),
-            ("logit", 50_000, 500, None), ("softmax", 100_000, 100, 10),
-            ("probit", 200_000, 50, None)]
+PROBLEMS = [
+    ("logit", 200_000, 50, None),
+    ("logit", 1_000_000, 20, None),
+    ("logit", 50_000, 500, None),
+    ("softmax", 100_000, 100, 10),
+    ("probit", 200_000, 50, None),
+]
 
 
 def main():
@@ -43,7 +47,7 @@ def main():
         X, y = make_problem(kind, n, d, K)
         x, t = torch.from_numpy(X), torch.from_numpy(y)
         fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", kind)
-        for solver in (["auto"] if kind == "softmax" else ["auto", "newton"]):
+        for solver in ["auto"] if kind == "softmax" else ["auto", "newton"]:
             for tol in (1e-8, 1e-10):
                 walls = []
                 for _ in range(args.repeats):
@@ -52,8 +56,11 @@ def main():
                     r = fit(m, x, t, solver=solver, tol=tol, max_iter=5000)
                     walls.append(time.perf_counter() - t0)
                 obj = objective(kind, X, y, m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy())
-                print(f"{kind:8s} n={n:<8d} d={d:<4d} {solver:7s} tol={tol:g}  {min(walls):.3f} s  "
-                      f"iters {r.n_iter:3d}  converged {r.converged}  objective {obj:.12f}", flush=True)
+                print(
+                    f"{kind:8s} n={n:<8d} d={d:<4d} {solver:7s} tol={tol:g}  {min(walls):.3f} s  "
+                    f"iters {r.n_iter:3d}  converged {r.converged}  objective {obj:.12f}",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

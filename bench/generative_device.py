@@ -69,17 +69,31 @@ def main():
     device = torch.device(args.device)
     torch.set_default_dtype(torch.float64)
     g = torch.Generator().manual_seed(0)
-    report = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "n": args.n, "d": D, "k": K, "models": {}}
-    for cls in (LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis, GaussianNB,
-                MultinomialNB, BernoulliNB, PoissonNB):
+    report = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "n": args.n,
+        "d": D,
+        "k": K,
+        "models": {},
+    }
+    for cls in (
+        LinearDiscriminantAnalysis,
+        QuadraticDiscriminantAnalysis,
+        GaussianNB,
+        MultinomialNB,
+        BernoulliNB,
+        PoissonNB,
+    ):
         x, y = data(cls, 20000, g)
         cpu = cls(D, K)
         cpu.fit(x, y, batch_size=7000)
         dev = cls(D, K).to(device)
         dev.fit(x.to(device), y.to(device), batch_size=7000)
-        state_err = max(float((a.cpu().double() - b.double()).abs().max())
-                        for a, b in zip(dev.state_dict().values(), cpu.state_dict().values()))
+        state_err = max(
+            float((a.cpu().double() - b.double()).abs().max())
+            for a, b in zip(dev.state_dict().values(), cpu.state_dict().values())
+        )
         p_err = float((dev.predict_proba(x.to(device)).cpu() - cpu.predict_proba(x)).abs().max())
         xs, ys = dev.sample(1000, torch.Generator(device=device).manual_seed(0))
         assert xs.device.type == device.type and ys.device.type == device.type
@@ -88,13 +102,21 @@ def main():
             lin = dev.to_linear()
             with torch.no_grad():
                 lin_p = lin.predict_proba(x.to(device))
-            entry["to_linear_max_diff"] = float((lin_p - dev.predict_proba(x.to(device))[:, 1:].squeeze(1)
-                                                 if K == 2 else lin_p - dev.predict_proba(x.to(device))).abs().max())
+            entry["to_linear_max_diff"] = float(
+                (
+                    lin_p - dev.predict_proba(x.to(device))[:, 1:].squeeze(1)
+                    if K == 2
+                    else lin_p - dev.predict_proba(x.to(device))
+                )
+                .abs()
+                .max()
+            )
         if cls in (MultinomialNB, BernoulliNB, PoissonNB):
             sparse = cls(D, K).to(device)
             sparse.fit(x.to(device).to_sparse_csr(), y.to(device))
             entry["sparse_max_proba_diff"] = float(
-                (sparse.predict_proba(x.to(device).to_sparse()) - dev.predict_proba(x.to(device))).abs().max())
+                (sparse.predict_proba(x.to(device).to_sparse()) - dev.predict_proba(x.to(device))).abs().max()
+            )
         big_x, big_y = data(cls, args.n, g)
         big_x, big_y = big_x.to(device), big_y.to(device)
         for dtype in (torch.float64, torch.float32):

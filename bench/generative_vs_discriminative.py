@@ -69,8 +69,10 @@ class Gaussian:
 
     def true_logit(self, x):
         s_inv_dmu = torch.cholesky_solve((self.mu[1] - self.mu[0]).unsqueeze(1), self.L).squeeze(1)
-        w0 = 0.5 * (self.mu[0] @ torch.cholesky_solve(self.mu[0].unsqueeze(1), self.L).squeeze(1)
-                    - self.mu[1] @ torch.cholesky_solve(self.mu[1].unsqueeze(1), self.L).squeeze(1))
+        w0 = 0.5 * (
+            self.mu[0] @ torch.cholesky_solve(self.mu[0].unsqueeze(1), self.L).squeeze(1)
+            - self.mu[1] @ torch.cholesky_solve(self.mu[1].unsqueeze(1), self.L).squeeze(1)
+        )
         return x @ s_inv_dmu + w0
 
 
@@ -152,8 +154,12 @@ def run(scenario, repeats: int, seed: int = 0):
             acc = torch.tensor([v[0] for v in vals])
             nll = torch.tensor([v[1] for v in vals])
             se = lambda t: float(t.std() / math.sqrt(len(t))) if len(t) > 1 else 0.0  # noqa: E731
-            row[model] = {"accuracy": float(acc.mean()), "accuracy_se": se(acc),
-                          "log_loss": float(nll.mean()), "log_loss_se": se(nll)}
+            row[model] = {
+                "accuracy": float(acc.mean()),
+                "accuracy_se": se(acc),
+                "log_loss": float(nll.mean()),
+                "log_loss_se": se(nll),
+            }
         # Paired over the same training sets: a smaller standard error than the difference of means.
         for model in ("gda", "gda_shrunk"):
             diff = torch.tensor([a[0] - b[0] for a, b in zip(scores[model], scores["logistic"])])
@@ -163,10 +169,12 @@ def run(scenario, repeats: int, seed: int = 0):
 
 
 def table(result) -> str:
-    lines = [f"{result['scenario']}: Bayes-optimal accuracy {result['bayes_accuracy']:.4f}, "
-             f"log loss {result['bayes_log_loss']:.4f}",
-             f"{'n_train':>7} {'reps':>4} | {'GDA acc':>14} {'GDA-shr acc':>14} {'LR acc':>14} | "
-             f"{'GDA logloss':>15} {'GDA-shr logloss':>15} {'LR logloss':>15} | GDA-shr - LR acc (paired)"]
+    lines = [
+        f"{result['scenario']}: Bayes-optimal accuracy {result['bayes_accuracy']:.4f}, "
+        f"log loss {result['bayes_log_loss']:.4f}",
+        f"{'n_train':>7} {'reps':>4} | {'GDA acc':>14} {'GDA-shr acc':>14} {'LR acc':>14} | "
+        f"{'GDA logloss':>15} {'GDA-shr logloss':>15} {'LR logloss':>15} | GDA-shr - LR acc (paired)",
+    ]
     models = ("gda", "gda_shrunk", "logistic")
     for r in result["rows"]:
         acc = " ".join(f"{r[m]['accuracy']:.4f}±{r[m]['accuracy_se']:.4f}" for m in models)
@@ -180,7 +188,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--quick", action="store_true", help="4 repeats per size")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "generative_vs_discriminative.json"))
+    parser.add_argument(
+        "--out", default=str(Path(__file__).parent / "results" / "generative_vs_discriminative.json")
+    )
     args = parser.parse_args()
     torch.set_default_dtype(torch.float64)
     repeats = 4 if args.quick else args.repeats
@@ -189,12 +199,16 @@ def main() -> None:
     for r in results:
         print(table(r))
         print()
-    out = {"command": "python bench/generative_vs_discriminative.py" + (" --quick" if args.quick else ""),
-           "d": D, "n_test": N_TEST, "seconds": round(time.perf_counter() - start, 1),
-           "logistic_solver": "torchglm.solvers.fit(solver='newton'), l2 = 1/n",
-           "gda": "torchglm.models.LinearDiscriminantAnalysis (closed form MLE, no regularization)",
-           "gda_shrunk": "the same with shrinkage = min(1, d / n) towards (mean variance) I",
-           "results": results}
+    out = {
+        "command": "python bench/generative_vs_discriminative.py" + (" --quick" if args.quick else ""),
+        "d": D,
+        "n_test": N_TEST,
+        "seconds": round(time.perf_counter() - start, 1),
+        "logistic_solver": "torchglm.solvers.fit(solver='newton'), l2 = 1/n",
+        "gda": "torchglm.models.LinearDiscriminantAnalysis (closed form MLE, no regularization)",
+        "gda_shrunk": "the same with shrinkage = min(1, d / n) towards (mean variance) I",
+        "results": results,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {args.out} ({out['seconds']} s)")

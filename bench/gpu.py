@@ -67,9 +67,16 @@ def newton(n: int, d: int, dtype: torch.dtype) -> dict:
     passes = result.extra.get("passes", result.n_iter + 1)
     dt = d + 1
     flops = passes * (2 * n * dt * dt + 4 * n * dt)
-    return {"n": n, "d": d, "seconds": seconds, "n_iter": result.n_iter, "passes": passes,
-            "converged": result.converged, "flops_per_s": flops / seconds,
-            "device": str(model.linear.weight.device)}
+    return {
+        "n": n,
+        "d": d,
+        "seconds": seconds,
+        "n_iter": result.n_iter,
+        "passes": passes,
+        "converged": result.converged,
+        "flops_per_s": flops / seconds,
+        "device": str(model.linear.weight.device),
+    }
 
 
 def sgd(n: int, d: int, batch: int, autocast: bool) -> dict:
@@ -97,8 +104,14 @@ def sgd(n: int, d: int, batch: int, autocast: bool) -> dict:
     epoch()
     _sync()
     seconds = time.perf_counter() - t0
-    return {"n": n, "d": d, "batch": batch, "autocast_bf16": autocast, "seconds": seconds,
-            "samples_per_s": n / seconds}
+    return {
+        "n": n,
+        "d": d,
+        "batch": batch,
+        "autocast_bf16": autocast,
+        "seconds": seconds,
+        "samples_per_s": n / seconds,
+    }
 
 
 def main() -> int:
@@ -116,14 +129,18 @@ def main() -> int:
         r["matmul_flops_per_s"] = peak
         r["fraction_of_matmul_roofline"] = r["flops_per_s"] / peak
         report["newton"][str(dtype)] = r
-        print(f"Newton {dtype}: {r['seconds']:.3f} s, {r['n_iter']} it, "
-              f"{r['flops_per_s'] / 1e12:.2f} TFLOP/s = {100 * r['fraction_of_matmul_roofline']:.1f}% "
-              f"of mm ({peak / 1e12:.1f} TFLOP/s)")
+        print(
+            f"Newton {dtype}: {r['seconds']:.3f} s, {r['n_iter']} it, "
+            f"{r['flops_per_s'] / 1e12:.2f} TFLOP/s = {100 * r['fraction_of_matmul_roofline']:.1f}% "
+            f"of mm ({peak / 1e12:.1f} TFLOP/s)"
+        )
     for autocast in (False, True):
         r = sgd(n, d, 1024, autocast)
         report["sgd"].append(r)
-        print(f"SGD batch 1024 {'bf16 autocast' if autocast else 'float32'}: "
-              f"{r['samples_per_s'] / 1e6:.2f} M samples/s")
+        print(
+            f"SGD batch 1024 {'bf16 autocast' if autocast else 'float32'}: "
+            f"{r['samples_per_s'] / 1e6:.2f} M samples/s"
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "gpu.json").write_text(json.dumps(report, indent=2))
     return 0

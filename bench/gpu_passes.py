@@ -76,11 +76,13 @@ def pass_times(kind, x, y, K, repeats):
     out = {}
     sums = {}
     for curvature in (None, "full", "hvp"):
+
         def one(curvature=curvature):
             s = PassSums(model, theta, curvature)
             for b in batches:
                 s.add(b)
             sums[curvature] = s.finish()
+
         out[f"pass[{curvature}]_s"] = timed(one, x.device, repeats)
     v = torch.randn_like(theta)
     out["hvp_s"] = timed(lambda: sums["hvp"].hvp(v), x.device, repeats)
@@ -96,9 +98,11 @@ def pass_times(kind, x, y, K, repeats):
             hx = (xt.unsqueeze(1) * h.unsqueeze(-1)).reshape(n, -1)
             return xt.T @ hx
     else:
+
         def reference():
             p = torch.sigmoid(x @ W[0] + model.linear.bias.detach())
             return xt.T @ (xt * (p * (1 - p)).unsqueeze(-1))
+
     # The softmax reference's (n, P d~) product does not fit at once: row chunks.
     if kind == "softmax":
         rows = max(1, 2**27 // (pairs.shape[1] * (d + 1)))
@@ -106,11 +110,12 @@ def pass_times(kind, x, y, K, repeats):
         def reference_chunked():
             total = 0
             for i in range(0, n, rows):
-                xi, ti = x[i:i + rows], xt[i:i + rows]
+                xi, ti = x[i : i + rows], xt[i : i + rows]
                 p = torch.softmax(xi @ W.T + model.linear.bias.detach(), -1)
                 h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
                 total = total + ti.T @ (ti.unsqueeze(1) * h.unsqueeze(-1)).reshape(ti.shape[0], -1)
             return total
+
         out["reference_full_s"] = timed(reference_chunked, x.device, repeats)
     else:
         out["reference_full_s"] = timed(reference, x.device, repeats)
@@ -140,11 +145,17 @@ def fits(kind, x, y, K, solvers, x_cpu=None):
             warnings.simplefilter("ignore")
             r = fit(m, x, y, solver=solver, tol=1e-10)
         _sync(x.device)
-        row = {"time_s": time.perf_counter() - t0, "n_iter": r.n_iter, "converged": r.converged,
-               "passes": r.extra.get("passes"), "message": r.message[:160]}
+        row = {
+            "time_s": time.perf_counter() - t0,
+            "n_iter": r.n_iter,
+            "converged": r.converged,
+            "passes": r.extra.get("passes"),
+            "message": r.message[:160],
+        }
         if ref is not None:
             row["max_coef_diff_to_cpu_f64"] = float(
-                (m.linear.weight.detach().cpu().double() - ref.linear.weight.detach()).abs().max())
+                (m.linear.weight.detach().cpu().double() - ref.linear.weight.detach()).abs().max()
+            )
         rows[solver] = row
     return rows
 
@@ -158,10 +169,17 @@ def main():
     args = ap.parse_args()
     device = torch.device(args.device)
     small = args.quick or device.type == "cpu"
-    info = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "quick": small}
-    problems = ([("logit", 100_000, 100, None), ("softmax", 50_000, 100, 10)] if small else
-                [("logit", 4_000_000, 100, None), ("softmax", 1_000_000, 100, 10)])
+    info = {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "quick": small,
+    }
+    problems = (
+        [("logit", 100_000, 100, None), ("softmax", 50_000, 100, 10)]
+        if small
+        else [("logit", 4_000_000, 100, None), ("softmax", 1_000_000, 100, 10)]
+    )
     report = {"machine": info, "passes": {}, "fits": {}}
     for kind, n, d, K in problems:
         for dtype in (torch.float32, torch.float64):
@@ -170,15 +188,19 @@ def main():
             report["passes"][key] = pass_times(kind, x, y, K, args.repeats)
             print(key, json.dumps(report["passes"][key]), flush=True)
             del x, y
-    fit_problems = ([("logit", 100_000, 50, None), ("softmax", 50_000, 50, 10)] if small else
-                    [("logit", 2_000_000, 256, None), ("softmax", 1_000_000, 100, 10)])
+    fit_problems = (
+        [("logit", 100_000, 50, None), ("softmax", 50_000, 50, 10)]
+        if small
+        else [("logit", 2_000_000, 256, None), ("softmax", 1_000_000, 100, 10)]
+    )
     for kind, n, d, K in fit_problems:
         for dtype in (torch.float32, torch.float64):
             x, y = problem(kind, n, d, K, dtype, device)
             key = f"{kind} n={n} d={d}" + (f" K={K}" if K else "") + f" {str(dtype)[6:]}"
             solvers = ["auto", "newton", "lbfgs", "newton-cg"]
-            report["fits"][key] = fits(kind, x, y, K, solvers,
-                                       x_cpu=x.cpu() if dtype == torch.float64 and n <= 1_000_000 else None)
+            report["fits"][key] = fits(
+                kind, x, y, K, solvers, x_cpu=x.cpu() if dtype == torch.float64 and n <= 1_000_000 else None
+            )
             print(key, json.dumps(report["fits"][key]), flush=True)
             del x, y
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

@@ -150,8 +150,15 @@ def glum_method(solver):
         from glum import GeneralizedLinearRegressor
 
         link = glum_probit_link() if kind == "probit" else kind
-        g = GeneralizedLinearRegressor(family="binomial", link=link, alpha=ALPHA, l1_ratio=0.0,
-                                       solver=solver, gradient_tol=tol, max_iter=1000)
+        g = GeneralizedLinearRegressor(
+            family="binomial",
+            link=link,
+            alpha=ALPHA,
+            l1_ratio=0.0,
+            solver=solver,
+            gradient_tol=tol,
+            max_iter=1000,
+        )
         g.fit(X, y.astype(np.float64))
         return g.coef_[None, :], np.atleast_1d(g.intercept_), int(g.n_iter_)
 
@@ -238,8 +245,9 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
                     runs.append(dict(tol=tol, error=f"{type(e).__name__}: {e}"[:200]))
                     break
                 wall = min(walls)
-            runs.append(dict(tol=tol, time_s=wall, n_iter=int(it),
-                             objective=objective(spec["kind"], X, y, W, b)))
+            runs.append(
+                dict(tol=tol, time_s=wall, n_iter=int(it), objective=objective(spec["kind"], X, y, W, b))
+            )
             if wall > budget_s:
                 break
         rows[label] = runs
@@ -252,34 +260,62 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
         if ok:
             entry.update(time_s=ok[0]["time_s"], n_iter=ok[0]["n_iter"], tol=ok[0]["tol"])
         elif "objective" in last:
-            entry.update(gap=(last["objective"] - best) / abs(best), time_s=last["time_s"],
-                         n_iter=last["n_iter"])
+            entry.update(
+                gap=(last["objective"] - best) / abs(best), time_s=last["time_s"], n_iter=last["n_iter"]
+            )
         table[label] = entry
     peers = [e["time_s"] for k, e in table.items() if not k.startswith("torchglm") and e["reached"]]
     fastest = min(peers) if peers else None
     for e in table.values():
         if fastest and e.get("reached"):
             e["ratio_to_fastest_peer"] = e["time_s"] / fastest
-    return dict(n=n, d=spec["d"], K=spec.get("K"), kind=spec["kind"], best_objective=best,
-                fastest_peer_s=fastest, methods=table)
+    return dict(
+        n=n,
+        d=spec["d"],
+        K=spec.get("K"),
+        kind=spec["kind"],
+        best_objective=best,
+        fastest_peer_s=fastest,
+        methods=table,
+    )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="n / 10 on every problem")
     ap.add_argument("--problems", nargs="*", default=None, help="substrings of problem names to run")
-    ap.add_argument("--methods", nargs="*", default=None,
-                    help="substrings of method labels to run (e.g. torchglm: before/after runs)")
-    ap.add_argument("--budget", type=float, default=30.0,
-                    help="stop a method's tolerance ladder after a run this long (s)")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="runs per setting, the minimum time is kept (default 3 quick, 1 full)")
+    ap.add_argument(
+        "--methods",
+        nargs="*",
+        default=None,
+        help="substrings of method labels to run (e.g. torchglm: before/after runs)",
+    )
+    ap.add_argument(
+        "--budget",
+        type=float,
+        default=30.0,
+        help="stop a method's tolerance ladder after a run this long (s)",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="runs per setting, the minimum time is kept (default 3 quick, 1 full)",
+    )
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
-    ap.add_argument("--torchglm", default=None, metavar="CHECKOUT",
-                    help="import torchglm from this checkout (another commit), even where this one "
-                         "is installed in editable mode: before/after runs")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="limit torch and BLAS (threadpoolctl) threads, e.g. 1 on a shared machine")
+    ap.add_argument(
+        "--torchglm",
+        default=None,
+        metavar="CHECKOUT",
+        help="import torchglm from this checkout (another commit), even where this one "
+        "is installed in editable mode: before/after runs",
+    )
+    ap.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="limit torch and BLAS (threadpoolctl) threads, e.g. 1 on a shared machine",
+    )
     args = ap.parse_args()
     args.repeats = args.repeats or (3 if args.quick else 1)
     if args.torchglm:
@@ -293,11 +329,21 @@ def main():
 
         torch.set_num_threads(args.threads)
         threadpool_limits(args.threads)
-    out = dict(machine=dict(platform=platform.platform(), cpus=os.cpu_count(),
-                            torch=torch.__version__, threads=torch.get_num_threads(),
-                            torchglm=os.path.dirname(__import__("torchglm").__file__),
-                            loadavg=os.getloadavg()),
-               alpha=ALPHA, rel=REL, quick=args.quick, repeats=args.repeats, problems={})
+    out = dict(
+        machine=dict(
+            platform=platform.platform(),
+            cpus=os.cpu_count(),
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
+            torchglm=os.path.dirname(__import__("torchglm").__file__),
+            loadavg=os.getloadavg(),
+        ),
+        alpha=ALPHA,
+        rel=REL,
+        quick=args.quick,
+        repeats=args.repeats,
+        problems={},
+    )
     for name, spec in PROBLEMS.items():
         if args.problems and not any(p in name for p in args.problems):
             continue
@@ -307,8 +353,11 @@ def main():
         print(f"  {'method':34s} {'time s':>8s} {'iters':>6s} {'ratio':>7s}  note")
         for label, e in sorted(res["methods"].items(), key=lambda kv: kv[1].get("time_s", 1e9)):
             ratio = f"{e['ratio_to_fastest_peer']:.2f}" if "ratio_to_fastest_peer" in e else "-"
-            note = f"tol {e['tol']:g}" if e["reached"] else (
-                f"gap {e['gap']:.1e} (not reached)" if "gap" in e else e["runs"][-1].get("error", ""))
+            note = (
+                f"tol {e['tol']:g}"
+                if e["reached"]
+                else (f"gap {e['gap']:.1e} (not reached)" if "gap" in e else e["runs"][-1].get("error", ""))
+            )
             t = f"{e['time_s']:.3f}" if "time_s" in e else "-"
             print(f"  {label:34s} {t:>8s} {e.get('n_iter', '-')!s:>6s} {ratio:>7s}  {note}")
     os.makedirs(os.path.dirname(args.out), exist_ok=True)

@@ -91,8 +91,9 @@ def run_glum(x, y, alpha, solver):
     from glum import GeneralizedLinearRegressor
 
     def fit():
-        m = GeneralizedLinearRegressor(family="poisson", alpha=alpha, l1_ratio=0.0, solver=solver,
-                                       gradient_tol=1e-10, max_iter=1000)
+        m = GeneralizedLinearRegressor(
+            family="poisson", alpha=alpha, l1_ratio=0.0, solver=solver, gradient_tol=1e-10, max_iter=1000
+        )
         m.fit(x, y)
         return m
 
@@ -121,13 +122,21 @@ def block(x, y, alpha, rows, repeats):
         for i, (name, kind, fn) in enumerate(rows):
             t, coef, b, n_iter, conv = fn()
             if out[i] is None:
-                out[i] = {"solver": name, "kind": kind, "time_s": t, "times_s": [], "n_iter": n_iter,
-                          "converged": conv,
-                          "objective": objective(x, y, np.asarray(coef, dtype=np.float64), b, alpha)}
+                out[i] = {
+                    "solver": name,
+                    "kind": kind,
+                    "time_s": t,
+                    "times_s": [],
+                    "n_iter": n_iter,
+                    "converged": conv,
+                    "objective": objective(x, y, np.asarray(coef, dtype=np.float64), b, alpha),
+                }
             out[i]["times_s"].append(t)
             out[i]["time_s"] = min(out[i]["times_s"])
-            print(f"  round {rnd}: {name:<40} {t:8.3f} s  {n_iter:4d} it  E = {out[i]['objective']:.15g}",
-                  flush=True)
+            print(
+                f"  round {rnd}: {name:<40} {t:8.3f} s  {n_iter:4d} it  E = {out[i]['objective']:.15g}",
+                flush=True,
+            )
     best = min(r["objective"] for r in out)
     for r in out:
         r["rel_gap"] = (r["objective"] - best) / abs(best)
@@ -140,12 +149,16 @@ def block(x, y, alpha, rows, repeats):
 
 
 def table(title, out, best, fastest):
-    lines = [f"\n{title}: best E = {best:.15g}; fastest peer reaching it: {fastest:.3f} s",
-             f"| solver | time (s) | iterations | rel. gap to best E | ratio to fastest peer |",
-             "|---|---:|---:|---:|---:|"]
+    lines = [
+        f"\n{title}: best E = {best:.15g}; fastest peer reaching it: {fastest:.3f} s",
+        f"| solver | time (s) | iterations | rel. gap to best E | ratio to fastest peer |",
+        "|---|---:|---:|---:|---:|",
+    ]
     for r in out:
-        lines.append(f"| {r['solver']} | {r['time_s']:.3f} | {r['n_iter']} | {r['rel_gap']:.1e} | "
-                     f"{r['ratio_to_fastest_peer']:.2f} |")
+        lines.append(
+            f"| {r['solver']} | {r['time_s']:.3f} | {r['n_iter']} | {r['rel_gap']:.1e} | "
+            f"{r['ratio_to_fastest_peer']:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -160,13 +173,19 @@ def main():
     x, y = make_data(args.n, args.d)
     rep = args.repeats
     a = args.alpha
-    print(f"Poisson n={args.n} d={args.d} alpha={a}; torch {torch.__version__}, "
-          f"{torch.get_num_threads()} threads", flush=True)
+    print(
+        f"Poisson n={args.n} d={args.d} alpha={a}; torch {torch.__version__}, "
+        f"{torch.get_num_threads()} threads",
+        flush=True,
+    )
     rows = [
         ("torchglm newton (float64)", "torchglm", lambda: run_torchglm(x, y, a, "newton", torch.float64)),
         ("torchglm irls (float64)", "torchglm", lambda: run_torchglm(x, y, a, "irls", torch.float64)),
-        ("torchglm newton (float32 + f64 polish)", "torchglm",
-         lambda: run_torchglm(x, y, a, "newton", torch.float32)),
+        (
+            "torchglm newton (float32 + f64 polish)",
+            "torchglm",
+            lambda: run_torchglm(x, y, a, "newton", torch.float32),
+        ),
         ("torchglm auto", "torchglm", lambda: run_torchglm(x, y, a, "auto", torch.float64)),
         ("sklearn PoissonRegressor lbfgs", "peer", lambda: run_sklearn(x, y, a, "lbfgs")),
         ("sklearn PoissonRegressor newton-cholesky", "peer", lambda: run_sklearn(x, y, a, "newton-cholesky")),
@@ -175,22 +194,32 @@ def main():
     ]
     print(f"\npenalized (alpha={a}):")
     pen, pen_best, pen_fast = block(x, y, a, rows, rep)
-    report = {"problem": {"n": args.n, "d": args.d, "alpha": a, "family": "poisson", "link": "log"},
-              "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads()},
-              "penalized": {"results": pen, "best_objective": pen_best, "fastest_peer_s": pen_fast}}
+    report = {
+        "problem": {"n": args.n, "d": args.d, "alpha": a, "family": "poisson", "link": "log"},
+        "machine": {"platform": platform.platform(), "torch_threads": torch.get_num_threads()},
+        "penalized": {"results": pen, "best_objective": pen_best, "fastest_peer_s": pen_fast},
+    }
     text = table(f"Poisson n={args.n} d={args.d} alpha={a}", pen, pen_best, pen_fast)
     if not args.skip_statsmodels:
         rows0 = [
-            ("torchglm irls (float64), alpha=0", "torchglm", lambda: run_torchglm(x, y, 0.0, "irls", torch.float64)),
-            ("torchglm newton (float64), alpha=0", "torchglm",
-             lambda: run_torchglm(x, y, 0.0, "newton", torch.float64)),
+            (
+                "torchglm irls (float64), alpha=0",
+                "torchglm",
+                lambda: run_torchglm(x, y, 0.0, "irls", torch.float64),
+            ),
+            (
+                "torchglm newton (float64), alpha=0",
+                "torchglm",
+                lambda: run_torchglm(x, y, 0.0, "newton", torch.float64),
+            ),
             ("statsmodels GLM IRLS, alpha=0", "peer", lambda: run_statsmodels(x, y)),
         ]
         print("\nunpenalized (alpha=0):")
         un, un_best, un_fast = block(x, y, 0.0, rows0, rep)
         report["unpenalized"] = {"results": un, "best_objective": un_best, "fastest_peer_s": un_fast}
-        text += "\n" + table(f"Poisson n={args.n} d={args.d} alpha=0 (statsmodels has no L2 IRLS)",
-                             un, un_best, un_fast)
+        text += "\n" + table(
+            f"Poisson n={args.n} d={args.d} alpha=0 (statsmodels has no L2 IRLS)", un, un_best, un_fast
+        )
     print(text)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")

@@ -68,8 +68,9 @@ def worker_newton(path: str, rank: int, world: int, threads: int, source: str, b
 
     torch.set_num_threads(threads)
     if world > 1:
-        dist.init_process_group("gloo", init_method=f"file://{path}/rendezvous_newton",
-                                rank=rank, world_size=world)
+        dist.init_process_group(
+            "gloo", init_method=f"file://{path}/rendezvous_newton", rank=rank, world_size=world
+        )
     from torchglm import LogisticRegression
     from torchglm.data import TensorBatches
     from torchglm.data.out_of_core import NpyBatches
@@ -94,17 +95,23 @@ def worker_newton(path: str, rank: int, world: int, threads: int, source: str, b
     t0 = time.perf_counter()
     result = run_passes(fitter, batches, 100)
     seconds = time.perf_counter() - t0
-    out = {"seconds": seconds, "n_iter": result.n_iter, "converged": result.converged,
-           "loss": result.history[-1]["loss"], "peak_rss_mb": _peak_rss_mb(),
-           "rss_before_data_mb": rss0,
-           "coef": model.linear.weight.detach().flatten()[:3].tolist()}
+    out = {
+        "seconds": seconds,
+        "n_iter": result.n_iter,
+        "converged": result.converged,
+        "loss": result.history[-1]["loss"],
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_before_data_mb": rss0,
+        "coef": model.linear.weight.detach().flatten()[:3].tolist(),
+    }
     if world > 1:
         dist.destroy_process_group()
     return out
 
 
-def worker_sgd(path: str, rank: int, world: int, threads: int, source: str, batch: int,
-               epochs: int = 3) -> dict:
+def worker_sgd(
+    path: str, rank: int, world: int, threads: int, source: str, batch: int, epochs: int = 3
+) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -114,8 +121,9 @@ def worker_sgd(path: str, rank: int, world: int, threads: int, source: str, batc
 
     rss0 = _peak_rss_mb()
     if source == "file":
-        batches = NpyBatches(Path(path) / "x.npy", Path(path) / "y.npy", batch_size=batch,
-                             dtype=torch.float32)
+        batches = NpyBatches(
+            Path(path) / "x.npy", Path(path) / "y.npy", batch_size=batch, dtype=torch.float32
+        )
         d = batches.n_features
     else:
         xt = torch.from_numpy(np.load(Path(path) / "x.npy")).float()
@@ -132,8 +140,13 @@ def worker_sgd(path: str, rank: int, world: int, threads: int, source: str, batc
             loss.backward()
             opt.step()
     seconds = time.perf_counter() - t0
-    return {"seconds": seconds, "epochs": epochs, "loss": float(loss.detach()),
-            "peak_rss_mb": _peak_rss_mb(), "rss_before_data_mb": rss0}
+    return {
+        "seconds": seconds,
+        "epochs": epochs,
+        "loss": float(loss.detach()),
+        "peak_rss_mb": _peak_rss_mb(),
+        "rss_before_data_mb": rss0,
+    }
 
 
 WORKERS = {"newton": worker_newton, "sgd": worker_sgd}
@@ -142,11 +155,32 @@ WORKERS = {"newton": worker_newton, "sgd": worker_sgd}
 def spawn(name: str, path: Path, world: int, threads: int, source: str, batch: int) -> list[dict]:
     """Run a worker in ``world`` fresh processes; return each rank's result."""
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), PYTHONPATH=str(ROOT))
-    procs = [subprocess.Popen([sys.executable, __file__, "--worker", name, "--path", str(path),
-                               "--rank", str(r), "--world", str(world), "--threads", str(threads),
-                               "--source", source, "--batch", str(batch)],
-                              stdout=subprocess.PIPE, env=env, text=True)
-             for r in range(world)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                name,
+                "--path",
+                str(path),
+                "--rank",
+                str(r),
+                "--world",
+                str(world),
+                "--threads",
+                str(threads),
+                "--source",
+                source,
+                "--batch",
+                str(batch),
+            ],
+            stdout=subprocess.PIPE,
+            env=env,
+            text=True,
+        )
+        for r in range(world)
+    ]
     outs = [p.communicate()[0] for p in procs]
     if any(p.returncode for p in procs):
         raise RuntimeError(f"worker {name} failed: {outs}")
@@ -158,12 +192,32 @@ def spawn(name: str, path: Path, world: int, threads: int, source: str, batch: i
 def sgd_trainer(path: Path, devices: int, epochs: int, batch: int) -> dict:
     """One Lightning fit via train.py on the .npy file; fit seconds from metrics.json."""
     run_root = path / f"runs_{devices}"
-    cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "quickstart.yaml"),
-           "--data.source", str(path / "data.npz"), "--data.target", "y",
-           "--data.batch_size", str(batch), "--data.dtype", "float32",
-           "--trainer.max_epochs", str(epochs), "--trainer.devices", str(devices),
-           "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-           "--early_stopping.patience", "1000", "--run_dir", str(run_root)]
+    cmd = [
+        sys.executable,
+        str(ROOT / "train.py"),
+        "--config",
+        str(ROOT / "configs" / "quickstart.yaml"),
+        "--data.source",
+        str(path / "data.npz"),
+        "--data.target",
+        "y",
+        "--data.batch_size",
+        str(batch),
+        "--data.dtype",
+        "float32",
+        "--trainer.max_epochs",
+        str(epochs),
+        "--trainer.devices",
+        str(devices),
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--early_stopping.patience",
+        "1000",
+        "--run_dir",
+        str(run_root),
+    ]
     if devices > 1:
         cmd += ["--trainer.strategy", "ddp"]
     env = dict(os.environ, OMP_NUM_THREADS=str(2 // devices), PYTHONPATH=str(ROOT))
@@ -173,8 +227,12 @@ def sgd_trainer(path: Path, devices: int, epochs: int, batch: int) -> dict:
     if proc.returncode:
         raise RuntimeError(proc.stderr[-3000:])
     metrics = json.loads((run_root / "metrics.json").read_text())
-    return {"fit_seconds": metrics["fit"]["seconds"], "wall_seconds": wall,
-            "test_accuracy": metrics["test"]["accuracy"], "epochs": epochs}
+    return {
+        "fit_seconds": metrics["fit"]["seconds"],
+        "wall_seconds": wall,
+        "test_accuracy": metrics["test"]["accuracy"],
+        "epochs": epochs,
+    }
 
 
 def main() -> None:
@@ -189,8 +247,11 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=65536)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(WORKERS[args.worker](args.path, args.rank, args.world, args.threads,
-                                              args.source, args.batch)))
+        print(
+            json.dumps(
+                WORKERS[args.worker](args.path, args.rank, args.world, args.threads, args.source, args.batch)
+            )
+        )
         return
 
     n, d = (200_000, 20) if args.quick else (2_000_000, 30)
@@ -208,13 +269,13 @@ def main() -> None:
         report["newton_2proc"] = two
         report["newton_speedup_2proc"] = one["seconds"] / max(r["seconds"] for r in two)
         report["newton_2proc_max_coef_diff"] = max(
-            abs(a - b) for r in two for a, b in zip(r["coef"], one["coef"]))
+            abs(a - b) for r in two for a, b in zip(r["coef"], one["coef"])
+        )
 
         ooc = spawn("newton", path, 1, 2, "file", 16384)[0]
         report["newton_out_of_core"] = ooc
         report["newton_out_of_core_time_ratio"] = ooc["seconds"] / one["seconds"]
-        report["newton_out_of_core_max_coef_diff"] = max(
-            abs(a - b) for a, b in zip(ooc["coef"], one["coef"]))
+        report["newton_out_of_core_max_coef_diff"] = max(abs(a - b) for a, b in zip(ooc["coef"], one["coef"]))
 
         sgd_mem = spawn("sgd", path, 1, 2, "memory", 1024)[0]
         sgd_file = spawn("sgd", path, 1, 2, "file", 1024)[0]
@@ -238,18 +299,38 @@ def main() -> None:
     name = "scale_quick.json" if args.quick else "scale.json"
     (RESULTS / name).write_text(json.dumps(report, indent=2))
     rows = [
-        ("Newton, 1 process (2 threads)", f"{one['seconds']:.2f} s", f"{one['n_iter']} it",
-         f"{one['peak_rss_mb']:.0f} MB"),
-        ("Newton, 2 gloo processes (1 thread each)", f"{max(r['seconds'] for r in two):.2f} s",
-         f"x{report['newton_speedup_2proc']:.2f}", f"{max(r['peak_rss_mb'] for r in two):.0f} MB each"),
-        ("Newton, out-of-core .npy", f"{ooc['seconds']:.2f} s",
-         f"x{report['newton_out_of_core_time_ratio']:.2f} time", f"{ooc['peak_rss_mb']:.0f} MB"),
+        (
+            "Newton, 1 process (2 threads)",
+            f"{one['seconds']:.2f} s",
+            f"{one['n_iter']} it",
+            f"{one['peak_rss_mb']:.0f} MB",
+        ),
+        (
+            "Newton, 2 gloo processes (1 thread each)",
+            f"{max(r['seconds'] for r in two):.2f} s",
+            f"x{report['newton_speedup_2proc']:.2f}",
+            f"{max(r['peak_rss_mb'] for r in two):.0f} MB each",
+        ),
+        (
+            "Newton, out-of-core .npy",
+            f"{ooc['seconds']:.2f} s",
+            f"x{report['newton_out_of_core_time_ratio']:.2f} time",
+            f"{ooc['peak_rss_mb']:.0f} MB",
+        ),
         ("SGD 3 epochs, in memory", f"{sgd_mem['seconds']:.2f} s", "", f"{sgd_mem['peak_rss_mb']:.0f} MB"),
-        ("SGD 3 epochs, out-of-core .npy", f"{sgd_file['seconds']:.2f} s",
-         f"x{report['sgd_out_of_core_time_ratio']:.2f} time", f"{sgd_file['peak_rss_mb']:.0f} MB"),
+        (
+            "SGD 3 epochs, out-of-core .npy",
+            f"{sgd_file['seconds']:.2f} s",
+            f"x{report['sgd_out_of_core_time_ratio']:.2f} time",
+            f"{sgd_file['peak_rss_mb']:.0f} MB",
+        ),
         (f"Trainer SGD n={n_sgd}, devices=1", f"{t1['fit_seconds']:.2f} s", "", ""),
-        (f"Trainer SGD n={n_sgd}, ddp devices=2", f"{t2['fit_seconds']:.2f} s",
-         f"x{report['sgd_trainer_speedup_2proc']:.2f}", ""),
+        (
+            f"Trainer SGD n={n_sgd}, ddp devices=2",
+            f"{t2['fit_seconds']:.2f} s",
+            f"x{report['sgd_trainer_speedup_2proc']:.2f}",
+            "",
+        ),
     ]
     print(f"data: n={n}, d={d}, x.npy = {file_mb:.0f} MB")
     for r in rows:

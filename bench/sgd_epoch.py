@@ -67,7 +67,7 @@ def make_data(dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Te
         n_total += 1
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n_total, D, generator=g, dtype=torch.float64)
-    w = torch.randn(D, generator=g, dtype=torch.float64) / D ** 0.5
+    w = torch.randn(D, generator=g, dtype=torch.float64) / D**0.5
     y = torch.bernoulli(torch.sigmoid(x @ w), generator=g).long()
     return x.to(dtype), y, n_total
 
@@ -105,7 +105,9 @@ def time_slicing(x, y, epochs: int, index_select: bool = False) -> tuple[float, 
         t = _clock()
         perm = torch.randperm(x.shape[0], generator=g)
         if index_select:
-            batches = ((torch.index_select(x, 0, idx), torch.index_select(y, 0, idx)) for idx in perm.split(BATCH))
+            batches = (
+                (torch.index_select(x, 0, idx), torch.index_select(y, 0, idx)) for idx in perm.split(BATCH)
+            )
         else:
             batches = ((x[idx], y[idx]) for idx in perm.split(BATCH))
         step_loop(model, opt, batches)
@@ -116,8 +118,9 @@ def time_slicing(x, y, epochs: int, index_select: bool = False) -> tuple[float, 
 def time_dataloader(x, y, epochs: int) -> tuple[float, float]:
     model = LogisticRegression(D, dtype=x.dtype)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        TensorDataset(x, y), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     times = []
     for _ in range(epochs):
         t = _clock()
@@ -146,9 +149,14 @@ def _trainer(epochs: int, logdir: str, progress_bar: bool, timer_t0: float) -> t
 
     timer = EpochTimer(timer_t0)
     trainer = pl.Trainer(
-        max_epochs=epochs, logger=TensorBoardLogger(logdir, name="", version=""),
-        enable_checkpointing=False, enable_progress_bar=progress_bar, enable_model_summary=False,
-        num_sanity_val_steps=0, limit_val_batches=0, callbacks=[timer],
+        max_epochs=epochs,
+        logger=TensorBoardLogger(logdir, name="", version=""),
+        enable_checkpointing=False,
+        enable_progress_bar=progress_bar,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[timer],
     )
     return trainer, timer
 
@@ -162,17 +170,34 @@ class StepHook(pl.Callback):
         pass
 
 
-def time_torchglm(x, y, n_total: int, epochs: int, progress_bar: bool, train_metrics: bool,
-                  steps_per_block: int = STEPS_PER_BLOCK, step_hooks: bool = False) -> tuple[float, float]:
+def time_torchglm(
+    x,
+    y,
+    n_total: int,
+    epochs: int,
+    progress_bar: bool,
+    train_metrics: bool,
+    steps_per_block: int = STEPS_PER_BLOCK,
+    step_hooks: bool = False,
+) -> tuple[float, float]:
     DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
     try:
         with tempfile.TemporaryDirectory() as logdir:
             t0 = time.perf_counter()
-            dm = GLMDataModule("_bench_sgd", val_fraction=VAL_FRACTION, test_fraction=TEST_FRACTION,
-                               batch_size=BATCH, standardize=False,
-                               dtype="float32" if x.dtype == torch.float32 else "float64")
-            task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR),
-                           train_metrics=train_metrics, steps_per_block=steps_per_block)
+            dm = GLMDataModule(
+                "_bench_sgd",
+                val_fraction=VAL_FRACTION,
+                test_fraction=TEST_FRACTION,
+                batch_size=BATCH,
+                standardize=False,
+                dtype="float32" if x.dtype == torch.float32 else "float64",
+            )
+            task = GLMTask(
+                LogisticRegression,
+                optimizer=partial(torch.optim.SGD, lr=LR),
+                train_metrics=train_metrics,
+                steps_per_block=steps_per_block,
+            )
             trainer, timer = _trainer(epochs, logdir, progress_bar, t0)
             if step_hooks:
                 trainer.callbacks.append(StepHook())
@@ -200,8 +225,9 @@ class NaiveModule(pl.LightningModule):
 
 
 def time_naive_lightning(x, y, epochs: int) -> float:
-    loader = DataLoader(TensorDataset(x, y), batch_size=BATCH, shuffle=True,
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        TensorDataset(x, y), batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0)
+    )
     with tempfile.TemporaryDirectory() as logdir:
         trainer, timer = _trainer(epochs, logdir, False, time.perf_counter())
         trainer.fit(NaiveModule(x.dtype), train_dataloaders=loader)
@@ -225,9 +251,16 @@ class MinimalModule(pl.LightningModule):
 def time_minimal_lightning(x, y, epochs: int) -> tuple[float, float]:
     batches = TensorBatches(x, y, batch_size=BATCH, shuffle=True, generator=torch.Generator().manual_seed(0))
     timer = EpochTimer(time.perf_counter())
-    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, limit_val_batches=0,
-                         callbacks=[timer])
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        limit_val_batches=0,
+        callbacks=[timer],
+    )
     trainer.fit(MinimalModule(x.dtype), train_dataloaders=batches)
     return _best(timer.epochs)
 
@@ -238,8 +271,16 @@ def time_sklearn(x, y, repeats: int) -> tuple[float, float]:
     xn, yn = x.double().numpy(), y.numpy()
     times = []
     for r in range(repeats):
-        clf = SGDClassifier(loss="log_loss", max_iter=1, tol=None, learning_rate="constant", eta0=0.01,
-                            alpha=0.0, shuffle=True, random_state=r)
+        clf = SGDClassifier(
+            loss="log_loss",
+            max_iter=1,
+            tol=None,
+            learning_rate="constant",
+            eta0=0.01,
+            alpha=0.0,
+            shuffle=True,
+            random_state=r,
+        )
         t = _clock()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # ConvergenceWarning: one epoch on purpose
@@ -273,11 +314,20 @@ def profile_torchglm_steps(x, y, n_total: int, steps_per_block: int) -> list[tup
     profiler = _ProfileEpochs()
     try:
         with tempfile.TemporaryDirectory() as logdir:
-            dm = GLMDataModule("_bench_sgd", val_fraction=VAL_FRACTION, test_fraction=TEST_FRACTION,
-                               batch_size=BATCH, standardize=False,
-                               dtype="float32" if x.dtype == torch.float32 else "float64")
-            task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=LR), train_metrics=False,
-                           steps_per_block=steps_per_block)
+            dm = GLMDataModule(
+                "_bench_sgd",
+                val_fraction=VAL_FRACTION,
+                test_fraction=TEST_FRACTION,
+                batch_size=BATCH,
+                standardize=False,
+                dtype="float32" if x.dtype == torch.float32 else "float64",
+            )
+            task = GLMTask(
+                LogisticRegression,
+                optimizer=partial(torch.optim.SGD, lr=LR),
+                train_metrics=False,
+                steps_per_block=steps_per_block,
+            )
             trainer, _ = _trainer(3, logdir, False, time.perf_counter())
             trainer.callbacks.append(profiler)
             trainer.fit(task, datamodule=dm)
@@ -293,9 +343,15 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=4, help="epochs per path (the first is warm-up)")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--profile", action="store_true", help="print the top functions of the Lightning path")
-    parser.add_argument("--profile_steps_per_block", type=int, default=STEPS_PER_BLOCK,
-                        help="steps_per_block of the profiled Lightning path")
+    parser.add_argument(
+        "--profile", action="store_true", help="print the top functions of the Lightning path"
+    )
+    parser.add_argument(
+        "--profile_steps_per_block",
+        type=int,
+        default=STEPS_PER_BLOCK,
+        help="steps_per_block of the profiled Lightning path",
+    )
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "sgd_epoch.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -309,36 +365,57 @@ def main() -> None:
 
     results: dict[str, tuple[float, float]] = {}
     results["slicing loop"] = time_slicing(x_train, y_train, args.epochs)
-    results["slicing loop, index_select gather"] = time_slicing(x_train, y_train, args.epochs, index_select=True)
+    results["slicing loop, index_select gather"] = time_slicing(
+        x_train, y_train, args.epochs, index_select=True
+    )
     results["DataLoader(TensorDataset)"] = time_dataloader(x_train, y_train, args.epochs)
     k = STEPS_PER_BLOCK
     glm, startup = time_torchglm(x, y, n_total, args.epochs, progress_bar=False, train_metrics=False)
     results[f"torchglm Lightning, blocks of {k} steps (TensorBoard, no progress bar)"] = glm
     results[f"torchglm Lightning, blocks of {k}, per-step hooks dispatched"], _ = time_torchglm(
-        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, step_hooks=True)
+        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, step_hooks=True
+    )
     results["torchglm Lightning, one step per Lightning step (steps_per_block=1)"], _ = time_torchglm(
-        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, steps_per_block=1)
+        x, y, n_total, args.epochs, progress_bar=False, train_metrics=False, steps_per_block=1
+    )
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
         results[f"torchglm Lightning, blocks of {k} + progress bar"], _ = time_torchglm(
-            x, y, n_total, args.epochs, progress_bar=True, train_metrics=False)
+            x, y, n_total, args.epochs, progress_bar=True, train_metrics=False
+        )
     results[f"torchglm Lightning, blocks of {k} + per-epoch train metrics"], _ = time_torchglm(
-        x, y, n_total, args.epochs, progress_bar=False, train_metrics=True)
+        x, y, n_total, args.epochs, progress_bar=False, train_metrics=True
+    )
     results["minimal Lightning (slices, no logging, no logger)"] = time_minimal_lightning(
-        x_train, y_train, args.epochs)
-    results["naive Lightning (DataLoader, self.log every step)"] = time_naive_lightning(x_train, y_train, args.epochs)
-    results["sklearn SGDClassifier(log_loss), 1 epoch"] = time_sklearn(x_train, y_train, max(args.epochs - 1, 1))
+        x_train, y_train, args.epochs
+    )
+    results["naive Lightning (DataLoader, self.log every step)"] = time_naive_lightning(
+        x_train, y_train, args.epochs
+    )
+    results["sklearn SGDClassifier(log_loss), 1 epoch"] = time_sklearn(
+        x_train, y_train, max(args.epochs - 1, 1)
+    )
 
     ref = results["slicing loop"]
-    print(f"one epoch: n={N_TRAIN}, d={D}, batch={BATCH} ({-(-N_TRAIN // BATCH)} steps), {args.dtype}, "
-          f"{args.threads} thread(s), fastest of {args.epochs - 1} epochs after a warm-up one")
+    print(
+        f"one epoch: n={N_TRAIN}, d={D}, batch={BATCH} ({-(-N_TRAIN // BATCH)} steps), {args.dtype}, "
+        f"{args.threads} thread(s), fastest of {args.epochs - 1} epochs after a warm-up one"
+    )
     print(f"{'path':<72}{'wall s':>9}{'x slicing':>11}{'CPU s':>9}{'x slicing':>11}")
     for name, (wall, cpu) in results.items():
         print(f"{name:<72}{wall:>9.4f}{wall / ref[0]:>11.2f}{cpu:>9.4f}{cpu / ref[1]:>11.2f}")
     print(f"Trainer start-up (Trainer() to first batch, once): {startup:.3f} s")
     out = {
-        "config": {"n_train": N_TRAIN, "d": D, "batch_size": BATCH, "dtype": args.dtype, "threads": args.threads,
-                   "epochs": args.epochs, "steps_per_block": k, "torch": torch.__version__,
-                   "lightning": pl.__version__},
+        "config": {
+            "n_train": N_TRAIN,
+            "d": D,
+            "batch_size": BATCH,
+            "dtype": args.dtype,
+            "threads": args.threads,
+            "epochs": args.epochs,
+            "steps_per_block": k,
+            "torch": torch.__version__,
+            "lightning": pl.__version__,
+        },
         "wall_seconds_per_epoch": {k: v[0] for k, v in results.items()},
         "cpu_seconds_per_epoch": {k: v[1] for k, v in results.items()},
         "wall_ratio_to_slicing_loop": {k: v[0] / ref[0] for k, v in results.items()},

@@ -69,34 +69,54 @@ def main():
         m = LogisticRegression(d, l2=ALPHA, dtype=torch.float64)
         r = fit(m, X, y, solver="auto")
         # (linear.* reads: the bench also runs older checkouts, before the GLM accessors)
-        return (m.linear.weight.detach().numpy().ravel(), float(m.linear.bias.detach()), r.n_iter,
-                r.converged)
+        return (
+            m.linear.weight.detach().numpy().ravel(),
+            float(m.linear.bias.detach()),
+            r.n_iter,
+            r.converged,
+        )
 
     def sk(solver):
         def run():
             est = SK(C=1 / (ALPHA * n), solver=solver, tol=1e-8, max_iter=10_000).fit(X, y)
             return est.coef_.ravel(), float(est.intercept_[0]), int(np.max(est.n_iter_)), True
+
         return run
 
     rows = {}
-    for name, f in [("torchglm auto", tg), ("sklearn lbfgs", sk("lbfgs")), ("sklearn liblinear", sk("liblinear"))]:
+    for name, f in [
+        ("torchglm auto", tg),
+        ("sklearn lbfgs", sk("lbfgs")),
+        ("sklearn liblinear", sk("liblinear")),
+    ]:
         times = []
         for _ in range(args.repeats):
             t = time.perf_counter()
             coef, b, it, conv = f()
             times.append(time.perf_counter() - t)
-        rows[name] = {"time_s": min(times), "n_iter": it, "converged": conv, "objective": objective(X, y, coef, b)}
+        rows[name] = {
+            "time_s": min(times),
+            "n_iter": it,
+            "converged": conv,
+            "objective": objective(X, y, coef, b),
+        }
     best = min(r["objective"] for r in rows.values())
     for name, r in rows.items():
         r["gap"] = r["objective"] - best
         print(f"{name:20s} {r['time_s']:7.3f} s  {r['n_iter']:4d} it  gap {r['gap']:.2e}")
     import torchglm
 
-    out = {"problem": {"n": n, "d": d, "nnz_per_row": 150, "alpha": ALPHA},
-           "torchglm": os.path.dirname(torchglm.__file__),
-           "machine": {"platform": platform.platform(), "cpus": os.cpu_count(), "threads": args.threads,
-                       "torch": torch.__version__},
-           "methods": rows}
+    out = {
+        "problem": {"n": n, "d": d, "nnz_per_row": 150, "alpha": ALPHA},
+        "torchglm": os.path.dirname(torchglm.__file__),
+        "machine": {
+            "platform": platform.platform(),
+            "cpus": os.cpu_count(),
+            "threads": args.threads,
+            "torch": torch.__version__,
+        },
+        "methods": rows,
+    }
     with open(args.out, "w") as fh:
         json.dump(out, fh, indent=1)
     print("wrote", args.out)

@@ -22,16 +22,23 @@ from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import fit
 
 SOLVERS = ["newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate", "auto"]
-LONGLEY = np.array([-3482258.63459582, 15.0618722713733, -0.358191792925910e-01,
-                    -2.02022980381683, -1.03322686717359, -0.511041056535807e-01,
-                    1829.15146461355])
+LONGLEY = np.array(
+    [
+        -3482258.63459582,
+        15.0618722713733,
+        -0.358191792925910e-01,
+        -2.02022980381683,
+        -1.03322686717359,
+        -0.511041056535807e-01,
+        1829.15146461355,
+    ]
+)
 
 
 def run(model, x, y, solver):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        r = fit(model, x, y, solver=solver,
-                max_iter=2000 if solver in ("gd", "coordinate") else None)
+        r = fit(model, x, y, solver=solver, max_iter=2000 if solver in ("gd", "coordinate") else None)
     kinds = sorted({w.category.__name__ for w in caught})
     return r, ",".join(kinds) or "-"
 
@@ -53,8 +60,10 @@ def main():
     g = torch.Generator().manual_seed(0)
     n = 2000
     z = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    t = (torch.rand(n, generator=g, dtype=torch.float64)
-         < torch.sigmoid(z @ torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))).double()
+    t = (
+        torch.rand(n, generator=g, dtype=torch.float64)
+        < torch.sigmoid(z @ torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))
+    ).double()
     ref = LogisticRegression(3, dtype=torch.float64)
     fit(ref, z, t, solver="newton", tol=1e-20)
     p0 = torch.sigmoid(ref(z)).detach()
@@ -77,7 +86,9 @@ def main():
     for s in SOLVERS:
         m = LogisticRegression(6, dtype=torch.float64)
         r, w = run(m, zc, tc, s)
-        print(f"  {s:10s} converged={r.converged!s:5s} gap={float(m.objective(zc, tc).detach()) - e0:.2e} warnings={w}")
+        print(
+            f"  {s:10s} converged={r.converged!s:5s} gap={float(m.objective(zc, tc).detach()) - e0:.2e} warnings={w}"
+        )
 
     xs = torch.randn(400, 40, generator=g, dtype=torch.float64)
     ts = (xs[:, 0] + 0.3 * xs[:, 1] > 0).double()
@@ -85,8 +96,10 @@ def main():
     for s in SOLVERS:
         m = LogisticRegression(40, dtype=torch.float64)
         r, w = run(m, xs, ts, s)
-        print(f"  {s:10s} converged={r.converged!s:5s} max|w|={float(m.linear.weight.detach().abs().max()):8.1f} "
-              f"warnings={w}")
+        print(
+            f"  {s:10s} converged={r.converged!s:5s} max|w|={float(m.linear.weight.detach().abs().max()):8.1f} "
+            f"warnings={w}"
+        )
 
 
 if __name__ == "__main__":

@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 PYTHON="$(command -v python || command -v python3)"
 "$PYTHON" -m pip install -q "torch==2.13.0"
 "$PYTHON" -m pip install -q -e ".[dev]"
-# Lint first (config: [tool.ruff] in pyproject.toml); a finding fails the run.
+# Lint and format check first (config: [tool.ruff] in pyproject.toml); a finding or an
+# unformatted file fails the run (`ruff format .` fixes the latter).
 "$PYTHON" -m ruff check .
+"$PYTHON" -m ruff format --check .
 # One intra-op thread: the tests' tensors are tiny, and on a 2-core machine torch's
 # thread pool costs more than it saves (multi-process tests set their own threads).
 export OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"

@@ -14,7 +14,7 @@ def flat_objective(m, x, y, w=None):
     def obj(theta):
         params, i = {}, 0
         for nm, sh in zip(names, shapes):
-            params[nm] = theta[i:i + sh.numel()].view(sh)
+            params[nm] = theta[i : i + sh.numel()].view(sh)
             i += sh.numel()
         nll = m.family.nll(functional_call(m, params, (x,)), y)
         data = nll.mean() if w is None else (w * nll).sum() / w.sum()
@@ -63,5 +63,5 @@ def assert_verified_optimum(m, x, y, result, w=None, tol=1e-12, slack=10.0):
         return
     E, dec = newton_decrement(m, x, y, w)
     assert dec / 2 <= slack * tol * max(1.0, abs(E)), (
-        f"{result.solver} claims convergence but lambda^2/2 = {dec / 2:.3g} at E = {E:.6g}: "
-        f"{result.message}")
+        f"{result.solver} claims convergence but lambda^2/2 = {dec / 2:.3g} at E = {E:.6g}: {result.message}"
+    )

@@ -17,9 +17,11 @@ from torchglm.solvers import fit
 
 # One data-dependent configuration per registered basis (the registry drives the tests).
 CONFIGS = {
-    "rbf": [dict(n_centers=7, seed=3), dict(n_centers=4, centers="grid", per_center=True,
-                                            include_input=True, include_bias=True),
-            dict(n_centers=5, per_center=True, grid_margin=0.1)],
+    "rbf": [
+        dict(n_centers=7, seed=3),
+        dict(n_centers=4, centers="grid", per_center=True, include_input=True, include_bias=True),
+        dict(n_centers=5, per_center=True, grid_margin=0.1),
+    ],
     "polynomial": [dict(degree=3), dict(degree=2, interaction_only=True, include_bias=False)],
     "sigmoidal": [dict(n_centers=4), dict(n_centers=3, centers="quantile", include_input=True)],
 }
@@ -119,14 +121,16 @@ def test_wrong_inputs_name_the_argument():
 
 # -- closed forms and references -----------------------------------------------------
 
+
 @pytest.mark.parametrize("n_in", [1, 2, 4])
 @pytest.mark.parametrize("degree", [1, 2, 3])
 @pytest.mark.parametrize("interaction_only", [False, True])
 @pytest.mark.parametrize("include_bias", [False, True])
 def test_polynomial_matches_sklearn_column_for_column(n_in, degree, interaction_only, include_bias):
     x = _x(30, n_in, seed=1)
-    ref = PolynomialFeatures(degree, interaction_only=interaction_only,
-                             include_bias=include_bias).fit(x.numpy())
+    ref = PolynomialFeatures(degree, interaction_only=interaction_only, include_bias=include_bias).fit(
+        x.numpy()
+    )
     if ref.n_output_features_ == 0:
         pytest.skip("scikit-learn produces no column here")
     basis = Polynomial(degree, interaction_only, include_bias)
@@ -177,12 +181,18 @@ def test_sigmoidal_closed_form():
     x = _x(10)
     got = Sigmoidal(centers=loc)(x).numpy()  # scale = center spacing: 1 and 2
     xs = x.numpy()
-    ref = np.concatenate([1 / (1 + np.exp(-(xs[:, [0]] - np.array(loc[0])) / 1.0)),
-                          1 / (1 + np.exp(-(xs[:, [1]] - np.array(loc[1])) / 2.0))], axis=1)
+    ref = np.concatenate(
+        [
+            1 / (1 + np.exp(-(xs[:, [0]] - np.array(loc[0])) / 1.0)),
+            1 / (1 + np.exp(-(xs[:, [1]] - np.array(loc[1])) / 2.0)),
+        ],
+        axis=1,
+    )
     np.testing.assert_allclose(got, ref, rtol=1e-13)
 
 
 # -- seed 004: a Gaussian basis makes the classes separable ----------------------------
+
 
 def _xor(n, seed):
     g = torch.Generator().manual_seed(seed)

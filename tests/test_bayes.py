@@ -50,7 +50,7 @@ def _closed_form_hessian(kind, x, y, theta):
     xt = np.hstack([x, np.ones((n, 1))])
     if kind == "softmax":
         K = 3
-        W, b = theta[: K * d].reshape(K, d), theta[K * d:]
+        W, b = theta[: K * d].reshape(K, d), theta[K * d :]
         eta = x @ W.T + b
         p = np.exp(eta - eta.max(1, keepdims=True))
         p /= p.sum(1, keepdims=True)
@@ -65,13 +65,13 @@ def _closed_form_hessian(kind, x, y, theta):
     eta = xt @ theta
     if kind == "logistic":
         s = 1 / (1 + np.exp(-eta))
-        h = s * (1 - s)                                  # seed 003: sigma (1 - sigma)
+        h = s * (1 - s)  # seed 003: sigma (1 - sigma)
     else:
         from scipy.stats import norm
 
         sgn = 2 * y - 1
         r = norm.pdf(eta) / norm.cdf(sgn * eta)
-        h = r * (r + sgn * eta)                          # d^2/deta^2 of -ln Phi(s eta)
+        h = r * (r + sgn * eta)  # d^2/deta^2 of -ln Phi(s eta)
     return (xt * h[:, None]).T @ xt
 
 
@@ -82,7 +82,7 @@ def test_laplace_covariance_is_inverse_closed_form_hessian(kind, bias_variance):
     model = MODELS[kind](1)
     prior = GaussianPrior(0.7, bias_variance)
     post = laplace_posterior(model, (x, y), prior)
-    assert post.grad_norm < 1e-4                         # the mean is the posterior mode
+    assert post.grad_norm < 1e-4  # the mean is the posterior mode
     H = _closed_form_hessian(kind, x, y, post.mean)
     k = 3 if kind == "softmax" else 1
     H += np.diag([1 / 0.7] * k + [0.0 if bias_variance is None else 1 / bias_variance] * k)
@@ -110,7 +110,7 @@ def _grid_posterior(x, y, lam, bias_var, center, half_width, n_grid=301):
     eta = Wg[..., None] * x.numpy()[:, 0] + Bg[..., None]
     t = y.numpy()
     loglik = (t * eta - np.logaddexp(0, eta)).sum(-1)
-    logg = loglik - Wg ** 2 / (2 * lam) - Bg ** 2 / (2 * bias_var)
+    logg = loglik - Wg**2 / (2 * lam) - Bg**2 / (2 * bias_var)
     p = np.exp(logg - logg.max())
     p /= p.sum()
     mean = np.array([(p * Wg).sum(), (p * Bg).sum()])
@@ -126,7 +126,9 @@ def test_nuts_mean_and_variance_match_grid_integration(chains, draws):
     post = laplace_posterior(model, (x, y), prior)
     sd = post.covariance.diagonal().sqrt().numpy()
     mean, var = _grid_posterior(x, y, 2.0, 2.0, post.mean.numpy(), 8 * sd)
-    draws = sample_posterior(model, (x, y), post, num_chains=chains, num_samples=draws, warmup_steps=150, seed=0)
+    draws = sample_posterior(
+        model, (x, y), post, num_chains=chains, num_samples=draws, warmup_steps=150, seed=0
+    )
     diag = draws.diagnostics()
     assert diag["max_rhat"] < 1.02 and diag["min_ess"] > 0.5 * chains * draws.samples.shape[1]
     ess = draws.ess.numpy()
@@ -159,7 +161,9 @@ def test_probit_approximation_within_002_of_monte_carlo():
     g = torch.linspace(-6, 6, 13)
     grid = torch.cartesian_prod(g, g)
     approx = predictive(model, post, grid)
-    mc = predictive(model, post, grid, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(0))
+    mc = predictive(
+        model, post, grid, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(0)
+    )
     assert approx.method == "probit" and mc.method == "mc"
     assert float((approx.proba - mc.proba).abs().max()) < 0.02
     # the moments of the activation a = w^T x~ match their Monte Carlo estimates
@@ -173,7 +177,9 @@ def test_probit_link_predictive_is_exact():
     post = laplace_posterior(model, (x, y), GaussianPrior(5.0))
     grid = torch.cartesian_prod(torch.linspace(-4, 4, 9), torch.linspace(-4, 4, 9))
     exact = predictive(model, post, grid)
-    mc = predictive(model, post, grid, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(1))
+    mc = predictive(
+        model, post, grid, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(1)
+    )
     assert exact.method == "exact"
     se = (mc.proba_var / 200_000).sqrt()
     assert bool(((exact.proba - mc.proba).abs() < 5 * se + 1e-6).all())
@@ -187,7 +193,7 @@ def test_probit_approximation_formula():
 
 def test_far_from_the_data_the_predictive_moves_toward_half():
     g = torch.Generator().manual_seed(7)
-    x = torch.rand(15, 1, generator=g) * 2 - 1          # 15 points in [-1, 1]
+    x = torch.rand(15, 1, generator=g) * 2 - 1  # 15 points in [-1, 1]
     y = torch.bernoulli(torch.sigmoid(3 * x[:, 0]), generator=g).long()
     model = LogisticRegression(1)
     post = laplace_posterior(model, (x, y), GaussianPrior(100.0))
@@ -197,7 +203,7 @@ def test_far_from_the_data_the_predictive_moves_toward_half():
     p_bayes = predictive(model, post, far).proba
     gap_map, gap_bayes = (p_map - 0.5).abs(), (p_bayes - 0.5).abs()
     assert bool((gap_bayes < gap_map).all())
-    assert float(p_map[-1]) > 0.999 and float(p_bayes[-1]) < 0.8   # MAP overconfident
+    assert float(p_map[-1]) > 0.999 and float(p_bayes[-1]) < 0.8  # MAP overconfident
     draws = sample_posterior(model, (x, y), post, num_chains=2, num_samples=300, warmup_steps=150)
     p_mcmc = predictive(model, draws, far).proba
     assert float(p_mcmc[-1]) < 0.9
@@ -219,7 +225,7 @@ def test_laplace_predictive_calibration_not_worse_than_map():
     m_lap = predictive_metrics(predictive(model, post, x[n:]).proba, y[n:])
     assert m_lap["ece"] <= m_map["ece"]
     assert m_lap["nll"] <= m_map["nll"]
-    assert m_lap["accuracy"] == m_map["accuracy"]        # sigma(kappa mu_a) keeps the sign of mu_a
+    assert m_lap["accuracy"] == m_map["accuracy"]  # sigma(kappa mu_a) keeps the sign of mu_a
 
 
 def test_predictive_metrics_against_sklearn():
@@ -234,8 +240,14 @@ def test_predictive_metrics_against_sklearn():
     conf = torch.maximum(p, 1 - p)
     correct = ((p > 0.5).long() == y).double()
     bins = torch.clamp((conf * 10).floor().long(), 0, 9)
-    ece = sum(abs(float(correct[bins == b].mean() - conf[bins == b].mean())) * int((bins == b).sum())
-              for b in range(10) if (bins == b).any()) / 500
+    ece = (
+        sum(
+            abs(float(correct[bins == b].mean() - conf[bins == b].mean())) * int((bins == b).sum())
+            for b in range(10)
+            if (bins == b).any()
+        )
+        / 500
+    )
     assert m["ece"] == pytest.approx(ece, abs=1e-6)
 
 
@@ -246,8 +258,12 @@ def test_evidence_maximization_recovers_the_prior_variance(lam_true):
     x = torch.randn(n, d, generator=g)
     w = math.sqrt(lam_true) * torch.randn(d, generator=g)
     y = torch.bernoulli(torch.sigmoid(x @ w), generator=g).long()
-    curve = evidence_curve(LogisticRegression(d, fit_intercept=False), (x, y),
-                           lambdas=[10 ** (e / 2) for e in range(-4, 5)], refine_steps=6)
+    curve = evidence_curve(
+        LogisticRegression(d, fit_intercept=False),
+        (x, y),
+        lambdas=[10 ** (e / 2) for e in range(-4, 5)],
+        refine_steps=6,
+    )
     assert not curve.at_boundary and math.isfinite(curve.best_lambda)
     assert lam_true / 3 < curve.best_lambda < 3 * lam_true
     assert curve.best_score >= max(curve.scores["log_evidence"])
@@ -261,7 +277,7 @@ def test_laplace_evidence_matches_numerical_integration():
     w = np.linspace(-6, 6, 24_001)
     eta = np.outer(w, x.numpy()[:, 0])
     loglik = (y.numpy() * eta - np.logaddexp(0, eta)).sum(1)
-    logf = loglik - w ** 2 / 4.0 - 0.5 * math.log(2 * math.pi * 2.0)
+    logf = loglik - w**2 / 4.0 - 0.5 * math.log(2 * math.pi * 2.0)
     log_z = logf.max() + math.log(np.exp(logf - logf.max()).sum() * (w[1] - w[0]))
     assert post.log_evidence == pytest.approx(log_z, abs=0.02)
 
@@ -282,8 +298,8 @@ def test_softmax_predictive_and_posterior_roundtrip():
     x, y = _data("softmax", n=200, d=2, seed=11)
     model = SoftmaxRegression(2, 3)
     post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
-    assert post.dim == post.mean.numel() - 1                # the bias shift is not identified
-    assert abs(float(post.mean[-3:].sum())) < 1e-10         # biases centred
+    assert post.dim == post.mean.numel() - 1  # the bias shift is not identified
+    assert abs(float(post.mean[-3:].sum())) < 1e-10  # biases centred
     pred = predictive(model, post, x[:5], generator=torch.Generator().manual_seed(0))
     assert pred.method == "mc" and pred.proba.shape == (5, 3) and pred.eta_var.shape == (5, 3, 3)
     torch.testing.assert_close(pred.proba.sum(1), torch.ones(5))
@@ -293,8 +309,9 @@ def test_softmax_predictive_and_posterior_roundtrip():
     s = post.sample(100_000, torch.Generator().manual_seed(1))
     tol = 5 * math.sqrt(2 / 100_000) * float(post.covariance.diagonal().max())
     torch.testing.assert_close(torch.cov(s.T), post.covariance, atol=tol, rtol=0)
-    assert torch.allclose(linear_predictor(model, post.mean, x[:5]).softmax(1),
-                          model.predict_proba(x[:5]).detach(), atol=1e-12)
+    assert torch.allclose(
+        linear_predictor(model, post.mean, x[:5]).softmax(1), model.predict_proba(x[:5]).detach(), atol=1e-12
+    )
 
 
 def test_errors_name_the_argument():
@@ -322,8 +339,16 @@ def test_nuts_reports_progress_and_not_by_default(capsys):
     model = LogisticRegression(1)
     post = laplace_posterior(model, (x, y), GaussianPrior(1.0))
     lines = []
-    sample_posterior(model, (x, y), post, num_chains=2, num_samples=20, warmup_steps=10,
-                     progress=lines.append, progress_every=0.0)
+    sample_posterior(
+        model,
+        (x, y),
+        post,
+        num_chains=2,
+        num_samples=20,
+        warmup_steps=10,
+        progress=lines.append,
+        progress_every=0.0,
+    )
     assert any(line.startswith("NUTS chain 1/2: warmup ") for line in lines)
     assert any(line.startswith("NUTS chain 2/2: sample 20/20") for line in lines)
     assert sum("done" in line for line in lines) == 2

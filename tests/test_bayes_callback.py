@@ -16,10 +16,22 @@ from torchglm.training.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = str(ROOT / "configs" / "bayes_logistic.yaml")
-SMALL = ["--data.source", "gaussians2", "--data.dataset_options", '{"n_samples": 200}',
-         "--model.model.l2", "0.02",
-         "--trainer.callbacks.num_chains", "2", "--trainer.callbacks.num_samples", "150",
-         "--trainer.callbacks.warmup_steps", "100", "--trainer.callbacks.lambdas", "[0.1, 1.0, 10.0, 100.0]"]
+SMALL = [
+    "--data.source",
+    "gaussians2",
+    "--data.dataset_options",
+    '{"n_samples": 200}',
+    "--model.model.l2",
+    "0.02",
+    "--trainer.callbacks.num_chains",
+    "2",
+    "--trainer.callbacks.num_samples",
+    "150",
+    "--trainer.callbacks.warmup_steps",
+    "100",
+    "--trainer.callbacks.lambdas",
+    "[0.1, 1.0, 10.0, 100.0]",
+]
 
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
@@ -41,7 +53,9 @@ def test_report_table_and_metrics(run_dir):
     for row in report["test"].values():
         assert set(row) == {"nll", "accuracy", "ece"}
     # the MAP row is the trained model's own test NLL and accuracy (an independent evaluation)
-    assert report["test"]["MAP"]["nll"] == pytest.approx(metrics["test"]["nll"], rel=1e-6)  # torchmetrics: float32 sums
+    assert report["test"]["MAP"]["nll"] == pytest.approx(
+        metrics["test"]["nll"], rel=1e-6
+    )  # torchmetrics: float32 sums
     assert report["test"]["MAP"]["accuracy"] == pytest.approx(metrics["test"]["accuracy"], rel=1e-6)
     assert report["mcmc"]["max_rhat"] < 1.05 and report["mcmc"]["num_chains"] == 2
     n_train = metrics["data"]["n_train"]
@@ -92,19 +106,37 @@ def test_tensorboard_has_table_and_curves(run_dir):
 
 def test_select_lambda_refits_and_softmax(tmp_path):
     run = tmp_path / "soft"
-    args = ["--config", CONFIG, "--run_dir", str(run), "--data.source", "gaussians3",
-            "--data.dataset_options", '{"n_samples": 150}',
-            "--model.model", "torchglm.SoftmaxRegression", "--model.model.n_classes", "3",
-            "--model.model.l2", "0.01", "--trainer.callbacks.num_chains", "0",
-            "--trainer.callbacks.select_lambda", "evidence",
-            "--trainer.callbacks.lambdas", "[0.1, 1.0, 10.0]", "--trainer.callbacks.mc_samples", "500"]
+    args = [
+        "--config",
+        CONFIG,
+        "--run_dir",
+        str(run),
+        "--data.source",
+        "gaussians3",
+        "--data.dataset_options",
+        '{"n_samples": 150}',
+        "--model.model",
+        "torchglm.SoftmaxRegression",
+        "--model.model.n_classes",
+        "3",
+        "--model.model.l2",
+        "0.01",
+        "--trainer.callbacks.num_chains",
+        "0",
+        "--trainer.callbacks.select_lambda",
+        "evidence",
+        "--trainer.callbacks.lambdas",
+        "[0.1, 1.0, 10.0]",
+        "--trainer.callbacks.mc_samples",
+        "500",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(args) == 0
     report = json.loads((run / "bayes.json").read_text())
     assert set(report["test"]) == {"MAP", "Laplace"}
     assert report["prior"]["variance"] == report["lambda_curves"]["evidence"]["best_lambda"]
-    assert report["laplace"]["grad_norm"] < 1e-4        # the refitted MAP is the new prior's mode
+    assert report["laplace"]["grad_norm"] < 1e-4  # the refitted MAP is the new prior's mode
 
 
 def test_bad_arguments():

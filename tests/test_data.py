@@ -68,16 +68,19 @@ def test_csv_feature_selection_and_target_anywhere(tmp_path):
     assert t.feature_names == ["f2", "f0"]
 
 
-@pytest.mark.parametrize("case, message", [
-    ("missing", "not found"),
-    ("suffix", "ending in one of"),
-    ("ragged", "line 3: expected 4 comma-separated fields, got 3"),
-    ("text", "column 'f1': expected numeric values, got 'abc'"),
-    ("no_target", "target: expected a column of"),
-    ("header_only", "at least one data row"),
-    ("corrupt_npz", "a readable .npz file"),
-    ("npz_lengths", "X and the target with the same number of rows"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("missing", "not found"),
+        ("suffix", "ending in one of"),
+        ("ragged", "line 3: expected 4 comma-separated fields, got 3"),
+        ("text", "column 'f1': expected numeric values, got 'abc'"),
+        ("no_target", "target: expected a column of"),
+        ("header_only", "at least one data row"),
+        ("corrupt_npz", "a readable .npz file"),
+        ("npz_lengths", "X and the target with the same number of rows"),
+    ],
+)
 def test_reader_errors(tmp_path, case, message):
     x, y = _xy(n=5)
     path = tmp_path / "d.csv"
@@ -147,16 +150,20 @@ def test_xor_is_not_linearly_separable():
 
     ds = load_dataset("xor", n_samples=2000)
     lin = LogisticRegression().fit(ds.x, ds.y).score(ds.x, ds.y)
-    prod = LogisticRegression().fit(np.column_stack([ds.x, ds.x[:, 0] * ds.x[:, 1]]), ds.y).score(
-        np.column_stack([ds.x, ds.x[:, 0] * ds.x[:, 1]]), ds.y)
+    prod = (
+        LogisticRegression()
+        .fit(np.column_stack([ds.x, ds.x[:, 0] * ds.x[:, 1]]), ds.y)
+        .score(np.column_stack([ds.x, ds.x[:, 0] * ds.x[:, 1]]), ds.y)
+    )
     assert lin < 0.6 and prod > 0.9
 
 
 def test_dataset_registry_is_extensible():
     from torchglm.data.datasets import Dataset
 
-    DATASETS["_unit_test_ds"] = lambda seed=0: Dataset(np.eye(6)[:, :2] + np.arange(6)[:, None], np.arange(6) % 2,
-                                                       "classification", 2)
+    DATASETS["_unit_test_ds"] = lambda seed=0: Dataset(
+        np.eye(6)[:, :2] + np.arange(6)[:, None], np.arange(6) % 2, "classification", 2
+    )
     try:
         dm = GLMDataModule("_unit_test_ds", val_fraction=0.34, test_fraction=0.34)
         dm.setup()
@@ -200,7 +207,7 @@ def test_standardization_fitted_on_train_only():
     assert xv.mean(0).abs().max() > 1e-3
     # the transform reproduces the stored splits from raw rows
     perm = torch.randperm(len(raw), generator=torch.Generator().manual_seed(0))
-    torch.testing.assert_close(dm.transform(raw[perm[:xt.shape[0]]]), xt)
+    torch.testing.assert_close(dm.transform(raw[perm[: xt.shape[0]]]), xt)
 
 
 def test_constant_column_is_not_divided_by_zero(tmp_path):
@@ -222,26 +229,32 @@ def test_dtype_and_label_types():
     assert reg.split("train")[1].dtype == torch.float64 and reg.task == "regression"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"batch_size": 0}, "batch_size: expected a positive number, got 0"),
-    ({"batch_size": -5}, "batch_size: expected a positive number, got -5"),
-    ({"val_fraction": 0.0}, "val_fraction: expected a fraction strictly between 0 and 1"),
-    ({"val_fraction": 0.5, "test_fraction": 0.5}, "val_fraction \\+ test_fraction"),
-    ({"n_classes": 1}, "n_classes: expected an integer >= 2"),
-    ({"dtype": "float16"}, "dtype: expected one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"batch_size": 0}, "batch_size: expected a positive number, got 0"),
+        ({"batch_size": -5}, "batch_size: expected a positive number, got -5"),
+        ({"val_fraction": 0.0}, "val_fraction: expected a fraction strictly between 0 and 1"),
+        ({"val_fraction": 0.5, "test_fraction": 0.5}, "val_fraction \\+ test_fraction"),
+        ({"n_classes": 1}, "n_classes: expected an integer >= 2"),
+        ({"dtype": "float16"}, "dtype: expected one of"),
+    ],
+)
 def test_module_argument_errors(kwargs, message):
     with pytest.raises(InputError, match=message):
         GLMDataModule("iris", **kwargs)
 
 
-@pytest.mark.parametrize("case, message", [
-    ("nan", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(1 NaN, 0 inf\\)"),
-    ("inf", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(0 NaN, 1 inf\\)"),
-    ("label_outside", "labels in the declared classes \\{0, 1\\}, got label 2"),
-    ("single_class", "y \\(train split\\): expected at least two classes, got a single class 1"),
-    ("non_integer", "expected integer class labels"),
-])
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("nan", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(1 NaN, 0 inf\\)"),
+        ("inf", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(0 NaN, 1 inf\\)"),
+        ("label_outside", "labels in the declared classes \\{0, 1\\}, got label 2"),
+        ("single_class", "y \\(train split\\): expected at least two classes, got a single class 1"),
+        ("non_integer", "expected integer class labels"),
+    ],
+)
 def test_module_data_errors(tmp_path, case, message):
     x, y = _xy(n=30)
     y = y.astype(np.float64)
@@ -354,7 +367,9 @@ def test_a_missing_optional_dependency_is_one_clear_input_error(tmp_path, monkey
     monkeypatch.setattr(builtins, "__import__", no_pandas)
     monkeypatch.delitem(__import__("sys").modules, "pandas", raising=False)
     monkeypatch.delitem(__import__("sys").modules, "pyarrow.parquet", raising=False)
-    with pytest.raises(InputError, match=r"CSVBatches: needs the optional dependency 'pandas'.*torchglm\[parquet\]"):
+    with pytest.raises(
+        InputError, match=r"CSVBatches: needs the optional dependency 'pandas'.*torchglm\[parquet\]"
+    ):
         list(CSVBatches(path, target="y"))
     (tmp_path / "t.parquet").write_bytes(b"")
     with pytest.raises(InputError, match=r"ParquetBatches: needs the optional dependency 'pyarrow'"):

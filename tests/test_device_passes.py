@@ -27,10 +27,21 @@ from torchglm.data.batches import TensorBatches
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS, fit
 
-DEVICES = ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(),
-                                                                reason="no CUDA device"))]
-MATMULS = {"aten::mm", "aten::addmm", "aten::addmm_", "aten::matmul", "aten::bmm", "aten::mv",
-           "aten::addmv", "aten::addmv_", "aten::dot"}
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]
+MATMULS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::addmm_",
+    "aten::matmul",
+    "aten::bmm",
+    "aten::mv",
+    "aten::addmv",
+    "aten::addmv_",
+    "aten::dot",
+}
 SYNCS = {"aten::item", "aten::_local_scalar_dense"}
 
 
@@ -124,8 +135,13 @@ def _fit_on(device, family, link, solver, K=None):
     return m, r, x, y
 
 
-MODELS = [("bernoulli", "logit", None), ("bernoulli", "probit", None), ("poisson", "log", None),
-          ("gaussian", "identity", None), ("categorical", "softmax", 3)]
+MODELS = [
+    ("bernoulli", "logit", None),
+    ("bernoulli", "probit", None),
+    ("poisson", "log", None),
+    ("gaussian", "identity", None),
+    ("categorical", "softmax", 3),
+]
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -55,9 +55,7 @@ SKIPS = {
 
 
 def _modules():
-    names = ["torchglm"] + [
-        m.name for m in pkgutil.walk_packages([str(PACKAGE)], prefix="torchglm.")
-    ]
+    names = ["torchglm"] + [m.name for m in pkgutil.walk_packages([str(PACKAGE)], prefix="torchglm.")]
     return [importlib.import_module(name) for name in sorted(names)]
 
 

@@ -26,10 +26,11 @@ def test_gamma_is_the_sum_over_data_hessian_eigenvalues():
     l_i the eigenvalues of X^T diag(s(1 - s)) X at the MAP (PRML 3.91, 4.5)."""
     x, y = _data(150, seed=1)
     model = LogisticRegression(3, fit_intercept=False)
-    fp = evidence_fixed_point(model, (x, y), lambda_tol=1e-10, tol=1e-20)   # tol: the Newton MAP's
+    fp = evidence_fixed_point(model, (x, y), lambda_tol=1e-10, tol=1e-20)  # tol: the Newton MAP's
     assert fp.converged
-    post = laplace_posterior(LogisticRegression(3, fit_intercept=False), (x, y), GaussianPrior(fp.best_lambda),
-                             tol=1e-20)
+    post = laplace_posterior(
+        LogisticRegression(3, fit_intercept=False), (x, y), GaussianPrior(fp.best_lambda), tol=1e-20
+    )
     X = x.numpy()
     s = 1 / (1 + np.exp(-X @ post.mean.numpy()))
     eig = np.linalg.eigvalsh((X * (s * (1 - s))[:, None]).T @ X)
@@ -51,8 +52,12 @@ def test_fixed_point_and_golden_section_find_the_same_maximum(bias_variance):
     model = LogisticRegression(3)
     curve = evidence_curve(model, (x, y), bias_variance=bias_variance)
     assert not curve.at_boundary
-    fps = [evidence_fixed_point(model, (x, y), prior_variance=v, bias_variance=bias_variance,
-                                lambda_tol=1e-10, tol=1e-20) for v in (0.01, 100.0)]
+    fps = [
+        evidence_fixed_point(
+            model, (x, y), prior_variance=v, bias_variance=bias_variance, lambda_tol=1e-10, tol=1e-20
+        )
+        for v in (0.01, 100.0)
+    ]
     for fp in fps:
         assert fp.converged
         assert fp.log_evidence <= curve.best_score + 1e-9
@@ -78,8 +83,11 @@ def test_the_neglected_term_shrinks_with_n():
 def test_softmax_and_bad_inputs():
     g = torch.Generator().manual_seed(3)
     x = torch.randn(120, 2, generator=g, dtype=D64)
-    y = torch.argmax(x @ torch.tensor([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]], dtype=D64)
-                     + 0.7 * torch.randn(120, 3, generator=g, dtype=D64), 1)
+    y = torch.argmax(
+        x @ torch.tensor([[1.0, -1.0, 0.0], [0.0, 1.0, -1.0]], dtype=D64)
+        + 0.7 * torch.randn(120, 3, generator=g, dtype=D64),
+        1,
+    )
     model = SoftmaxRegression(2, n_classes=3)
     fp = evidence_fixed_point(model, (x, y))
     curve = evidence_curve(model, (x, y))

@@ -195,7 +195,9 @@ _OUTSIDE = {
 @pytest.mark.parametrize("family,link", sorted(_OUTSIDE))
 def test_nll_outside_the_mean_domain_is_inf_not_nan(family, link):
     fam = get_family(family, link)
-    eta = torch.tensor([_OUTSIDE[(family, link)], _ETA[link][0] if link != "log" else -1.0], requires_grad=True)
+    eta = torch.tensor(
+        [_OUTSIDE[(family, link)], _ETA[link][0] if link != "log" else -1.0], requires_grad=True
+    )
     y = fam.check_target(torch.tensor([1.0, 1.0]) if family != "binomial" else torch.tensor([0.5, 0.5]))
     nll = fam.nll(eta, y)
     assert math.isinf(float(nll[0].detach())) and float(nll[0].detach()) > 0
@@ -223,7 +225,11 @@ def test_stable_log_inverses_in_the_tails():
 @pytest.mark.parametrize(
     "family,y,match",
     [
-        ("poisson", torch.tensor([1.0, -1.0]), "y: expected non-negative counts, got 1 values outside it, first y\\[1\\]"),
+        (
+            "poisson",
+            torch.tensor([1.0, -1.0]),
+            "y: expected non-negative counts, got 1 values outside it, first y\\[1\\]",
+        ),
         ("gamma", torch.tensor([1.0, 0.0]), "y: expected positive targets"),
         ("exponential", torch.tensor([-2.0]), "y: expected positive targets"),
         ("binomial", torch.tensor([0.5, 1.5]), r"y: expected proportions in \[0, 1\]"),
@@ -245,7 +251,9 @@ def test_check_target_accepts_integer_counts_as_float():
 def test_invalid_pairing_lists_the_valid_links(family):
     cls = FAMILIES[family]
     bad = next(n for n in ("negative_reciprocal", "softmax", "identity") if n not in cls.allowed_links)
-    with pytest.raises(InputError, match=rf"link for family '{family}': expected one of \[.*'{cls.canonical_link}'"):
+    with pytest.raises(
+        InputError, match=rf"link for family '{family}': expected one of \[.*'{cls.canonical_link}'"
+    ):
         get_family(family, bad)
     assert get_family(family).is_canonical
 

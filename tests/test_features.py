@@ -17,8 +17,9 @@ def test_standardization_is_centred_and_leaves_constant_columns_unscaled():
     torch.testing.assert_close(scale[:2], ref[:2], rtol=1e-10, atol=0)
     assert scale[2] == 1.0  # constant column: not divided by zero
     z = standardize(x, mean, scale, torch.float32)
-    assert z.dtype == torch.float32 and torch.allclose(z[:, :2].double().std(0, unbiased=False),
-                                                       torch.ones(2, dtype=torch.float64), atol=1e-6)
+    assert z.dtype == torch.float32 and torch.allclose(
+        z[:, :2].double().std(0, unbiased=False), torch.ones(2, dtype=torch.float64), atol=1e-6
+    )
     m0, s0 = standardization(x, enabled=False)
     assert torch.equal(standardize(x, m0, s0, torch.float64), x64)
 

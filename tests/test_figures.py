@@ -19,18 +19,26 @@ def _assert_png_has_content(path):
 
 # What each figure must show, checked on the numbers it measured (quick budgets).
 CLAIMS = {
-    "gda_shared": lambda r: r["gda_train_accuracy"] > 0.8
-    and abs(r["gda_train_accuracy"] - r["logistic_train_accuracy"]) < 0.05,
+    "gda_shared": lambda r: (
+        r["gda_train_accuracy"] > 0.8 and abs(r["gda_train_accuracy"] - r["logistic_train_accuracy"]) < 0.05
+    ),
     "qda_three_classes": lambda r: r["qda_train_accuracy"] >= r["lda_train_accuracy"] > 0.85,
-    "basis_moons_xor": lambda r: r["moons_rbf_test_accuracy"] >= 0.95 > 0.90 > r["moons_linear_test_accuracy"]
-    and r["xor_rbf_test_accuracy"] >= 0.95 > 0.70 > r["xor_linear_test_accuracy"],
+    "basis_moons_xor": lambda r: (
+        r["moons_rbf_test_accuracy"] >= 0.95 > 0.90 > r["moons_linear_test_accuracy"]
+        and r["xor_rbf_test_accuracy"] >= 0.95 > 0.70 > r["xor_linear_test_accuracy"]
+    ),
     "basis_feature_space": lambda r: r["train_accuracy_basis"] == 1.0 > 0.7 > r["train_accuracy_linear"],
-    "separable_weight_norm": lambda r: list(r["norm_ml_at"].values()) == sorted(r["norm_ml_at"].values())
-    and r["final_norm_ml"] > 1.5 * r["final_norm_l2"],
+    "separable_weight_norm": lambda r: (
+        list(r["norm_ml_at"].values()) == sorted(r["norm_ml_at"].values())
+        and r["final_norm_ml"] > 1.5 * r["final_norm_l2"]
+    ),
     "solver_convergence": lambda r: r["n_iter"]["newton"] == r["n_iter"]["irls"] < r["n_iter"]["gd"],
     "bayes_predictive": lambda r: all(
-        r[f"{k}_at_distance_2_far_along_boundary"] + 0.1 < r[f"{k}_at_distance_2_near_data"] < r["map_at_distance_2"]
-        for k in ("bayes", "variational", "MCMC")),
+        r[f"{k}_at_distance_2_far_along_boundary"] + 0.1
+        < r[f"{k}_at_distance_2_near_data"]
+        < r["map_at_distance_2"]
+        for k in ("bayes", "variational", "MCMC")
+    ),
 }
 
 

@@ -29,9 +29,16 @@ def _has_content(path) -> bool:
 
 
 def _trainer(tmp_path, callback, max_epochs):
-    return pl.Trainer(max_epochs=max_epochs, logger=TensorBoardLogger(str(tmp_path), name="", version=""),
-                      callbacks=[callback], enable_checkpointing=False, enable_progress_bar=False,
-                      enable_model_summary=False, accelerator="cpu", devices=1)
+    return pl.Trainer(
+        max_epochs=max_epochs,
+        logger=TensorBoardLogger(str(tmp_path), name="", version=""),
+        callbacks=[callback],
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        accelerator="cpu",
+        devices=1,
+    )
 
 
 def _image_tags(run_dir) -> set[str]:
@@ -49,8 +56,11 @@ def test_generative_model_gets_densities_regions_and_calibration(tmp_path):
     trainer.fit(task, datamodule=dm)
     trainer.test(task, datamodule=dm, verbose=False)
     names = {Path(p).name for p in callback.saved}
-    expected = {f"{stage}_{name}.png" for stage in ("fit", "test")
-                for name in ("decision_regions", "class_densities", "reliability")}
+    expected = {
+        f"{stage}_{name}.png"
+        for stage in ("fit", "test")
+        for name in ("decision_regions", "class_densities", "reliability")
+    }
     assert names == expected
     for p in callback.saved:
         assert Path(p).parent == tmp_path / "figures" and _has_content(p)
@@ -60,8 +70,12 @@ def test_generative_model_gets_densities_regions_and_calibration(tmp_path):
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_basis_model_under_sgd_gets_regions_and_loss_curve(tmp_path):
     dm = GLMDataModule("moons", batch_size=64, dataset_options={"n_samples": 200})
-    task = GLMTask(partial(LogisticRegression, l2=1e-3), solver="sgd",
-                   optimizer=partial(torch.optim.Adam, lr=0.1), basis=GaussianRBF(8, seed=0))
+    task = GLMTask(
+        partial(LogisticRegression, l2=1e-3),
+        solver="sgd",
+        optimizer=partial(torch.optim.Adam, lr=0.1),
+        basis=GaussianRBF(8, seed=0),
+    )
     callback = FigureLogger(stages=["fit"], resolution=40)
     _trainer(tmp_path, callback, max_epochs=3).fit(task, datamodule=dm)
     names = sorted(Path(p).name for p in callback.saved)
@@ -90,9 +104,18 @@ def test_bad_arguments_name_themselves():
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_figure_config_runs_under_train_py(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    status = train_main(["--config", str(CONFIGS / "qda_three_classes.yaml"), "--run_dir", str(run_dir),
-                         "--trainer.enable_progress_bar", "false",
-                         "--data.dataset_options.n_samples", "300"])
+    status = train_main(
+        [
+            "--config",
+            str(CONFIGS / "qda_three_classes.yaml"),
+            "--run_dir",
+            str(run_dir),
+            "--trainer.enable_progress_bar",
+            "false",
+            "--data.dataset_options.n_samples",
+            "300",
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     pngs = sorted(p.name for p in (run_dir / "figures").glob("*.png"))
     assert "fit_decision_regions.png" in pngs and "test_reliability.png" in pngs

@@ -86,15 +86,15 @@ def test_decision_regions_binary_with_basis_and_multiclass(tmp_path):
     with torch.no_grad():
         m.linear.weight.copy_(torch.linspace(-2, 2, 5)[None])
     m.mark_fitted()
-    _assert_png_has_content(save_figure(decision_regions(m, x, y, basis=rbf, resolution=40),
-                                        tmp_path / "binary.png"))
+    _assert_png_has_content(
+        save_figure(decision_regions(m, x, y, basis=rbf, resolution=40), tmp_path / "binary.png")
+    )
     s = SoftmaxRegression(2, 3)
     with torch.no_grad():
         s.linear.weight.copy_(torch.tensor([[1.0, 0.0], [-1.0, 1.0], [0.0, -1.0]]))
     s.mark_fitted()
     y3 = torch.arange(80) % 3
-    _assert_png_has_content(save_figure(decision_regions(s, x, y3, resolution=40),
-                                        tmp_path / "three.png"))
+    _assert_png_has_content(save_figure(decision_regions(s, x, y3, resolution=40), tmp_path / "three.png"))
 
 
 def test_decision_regions_refuses_non_planar_inputs():
@@ -109,16 +109,19 @@ def test_class_conditional_densities_and_reliability(tmp_path):
     def log_density(p):
         return -0.5 * ((p[:, None, :] - means[None]) ** 2).sum(-1) - np.log(2 * np.pi)
 
-    _assert_png_has_content(save_figure(class_conditional_densities(log_density, x, y, resolution=40),
-                                        tmp_path / "dens.png"))
+    _assert_png_has_content(
+        save_figure(class_conditional_densities(log_density, x, y, resolution=40), tmp_path / "dens.png")
+    )
     m = _model_with_weights([1.0, 1.0], 0.0)
     fig = reliability_diagram(y, {"a": m.predict_proba(x), "b": torch.sigmoid(3 * (x[:, 0] + x[:, 1]))})
     _assert_png_has_content(save_figure(fig, tmp_path / "rel.png"))
 
 
 def test_solver_convergence_and_weight_norms(tmp_path):
-    hist = {"gd": [{"loss": 1.0 + 0.5**k, "grad_norm": 0.5**k} for k in range(30)],
-            "newton": [{"loss": 1.0 + 10.0 ** (-2**k), "grad_norm": 10.0 ** (-2**k)} for k in range(5)]}
+    hist = {
+        "gd": [{"loss": 1.0 + 0.5**k, "grad_norm": 0.5**k} for k in range(30)],
+        "newton": [{"loss": 1.0 + 10.0 ** (-(2**k)), "grad_norm": 10.0 ** (-(2**k))} for k in range(5)],
+    }
     _assert_png_has_content(save_figure(solver_convergence(hist, optimum=1.0), tmp_path / "conv.png"))
     with pytest.raises(InputError, match="grad_norm"):
         solver_convergence({"x": [{"loss": 1.0}]})
@@ -129,8 +132,9 @@ def test_solver_convergence_and_weight_norms(tmp_path):
 def test_palette_png_looks_like_the_full_colour_one(tmp_path):
     x, y = _data()
     m = _model_with_weights([1.0, -0.5], 0.2)
-    full = mpimg.imread(save_figure(decision_regions(m, x, y, resolution=60), tmp_path / "a.png",
-                                    palette=False))[..., :3]
+    full = mpimg.imread(
+        save_figure(decision_regions(m, x, y, resolution=60), tmp_path / "a.png", palette=False)
+    )[..., :3]
     small = mpimg.imread(save_figure(decision_regions(m, x, y, resolution=60), tmp_path / "b.png"))[..., :3]
     assert full.shape == small.shape
     assert np.abs(full - small).mean() < 0.01
@@ -143,9 +147,15 @@ def test_importing_the_plotting_modules_keeps_the_users_backend():
     import subprocess
     import sys
 
-    code = ("import matplotlib; import torchglm.plotting, torchglm.figures, "
-            "torchglm.training.plot_callbacks; print(matplotlib.get_backend())")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**__import__("os").environ, "MPLBACKEND": "svg"})
+    code = (
+        "import matplotlib; import torchglm.plotting, torchglm.figures, "
+        "torchglm.training.plot_callbacks; print(matplotlib.get_backend())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "MPLBACKEND": "svg"},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "svg"

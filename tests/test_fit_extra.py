@@ -15,7 +15,12 @@ def test_known_entries_are_fields_and_the_rest_goes_to_other():
     r.extra.setdefault("cg_iterations", []).append(4)
     assert r.extra.loss == 1.5 and r.extra["passes"] == 2 and r.extra.cg_iterations == [4]
     assert "hessian" not in r.extra and r.extra.get("hessian") is None and "separation" not in r.extra
-    assert r.extra.get("absent", 7) == 7 and sorted(r.extra) == ["cg_iterations", "loss", "n_samples", "passes"]
+    assert r.extra.get("absent", 7) == 7 and sorted(r.extra) == [
+        "cg_iterations",
+        "loss",
+        "n_samples",
+        "passes",
+    ]
 
 
 def test_checkpoint_round_trip_through_plain_dicts():

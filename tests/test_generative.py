@@ -139,8 +139,9 @@ def test_fitter_contract_and_state_dict_round_trip(cls):
     torch.testing.assert_close(clone.predict_proba(x), model.predict_proba(x))
     lowered = clone.to(torch.float32)
     assert lowered.dtype == torch.float32
-    torch.testing.assert_close(lowered.predict_proba(x.float()), model.predict_proba(x).float(),
-                               rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        lowered.predict_proba(x.float()), model.predict_proba(x).float(), rtol=1e-4, atol=1e-4
+    )
 
 
 @pytest.mark.parametrize("cls", MODELS)
@@ -206,13 +207,15 @@ def _estimates_and_standard_errors(model, refit):
         cov = model.covariance if not model.shared else model.covariance.expand(3, -1, -1)
         var = cov.diagonal(dim1=-2, dim2=-1)
         # Var of a sample covariance entry: (S_ii S_jj + S_ij^2) / n (Gaussian data).
-        cov_se = ((var.unsqueeze(2) * var.unsqueeze(1) + cov ** 2) / n_k.unsqueeze(2)).sqrt()
+        cov_se = ((var.unsqueeze(2) * var.unsqueeze(1) + cov**2) / n_k.unsqueeze(2)).sqrt()
         if model.shared:
             cov_se = (cov[0] ** 2 + var[0].unsqueeze(1) * var[0].unsqueeze(0)).div(n_k.sum()).sqrt()
         return [(refit.means, model.means, (var / n_k).sqrt()), (refit.covariance, model.covariance, cov_se)]
     if isinstance(model, GaussianNB):
-        return [(refit.means, model.means, (model.var / n_k).sqrt()),
-                (refit.var, model.var, model.var * (2 / n_k).sqrt())]
+        return [
+            (refit.means, model.means, (model.var / n_k).sqrt()),
+            (refit.var, model.var, model.var * (2 / n_k).sqrt()),
+        ]
     if isinstance(model, BernoulliNB):
         p = model.log_p.exp()
         return [(refit.log_p.exp(), p, (p * (1 - p) / n_k).sqrt())]
@@ -305,7 +308,9 @@ def test_lda_matches_sklearn_lsqr(name, shrinkage):
     model = LinearDiscriminantAnalysis(x.shape[1], k, shrinkage=shrinkage)
     model.fit(xt, yt)
     np.testing.assert_allclose(model.means.numpy(), ref.means_, rtol=1e-10)
-    np.testing.assert_allclose(model.covariance.numpy(), ref.covariance_, rtol=1e-8, atol=1e-10 * np.abs(ref.covariance_).max())
+    np.testing.assert_allclose(
+        model.covariance.numpy(), ref.covariance_, rtol=1e-8, atol=1e-10 * np.abs(ref.covariance_).max()
+    )
     np.testing.assert_allclose(model.predict_proba(xt).numpy(), ref.predict_proba(x), rtol=0, atol=1e-6)
     np.testing.assert_allclose(model.log_prior.exp().numpy(), ref.priors_, rtol=1e-12)
 
@@ -326,8 +331,9 @@ def test_lda_fixed_priors_match_sklearn():
 
 
 # breast_cancer without reg: sklearn refuses (eigenvalues below its tol=1e-4).
-@pytest.mark.parametrize("name,reg", [("iris", 0.0), ("wine", 0.0), ("iris", 0.1), ("wine", 0.1),
-                                      ("breast_cancer", 0.1)])
+@pytest.mark.parametrize(
+    "name,reg", [("iris", 0.0), ("wine", 0.0), ("iris", 0.1), ("wine", 0.1), ("breast_cancer", 0.1)]
+)
 def test_qda_matches_sklearn(name, reg):
     x, y, xt, yt = _shipped(name)
     k = int(y.max()) + 1

@@ -15,8 +15,14 @@ from torchglm.datasets import load_movie_reviews, movie_review_counts
 from torchglm.training.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ["gda", "gda_quadratic", "naive_bayes_gaussian", "naive_bayes_multinomial",
-           "naive_bayes_bernoulli", "naive_bayes_poisson"]
+CONFIGS = [
+    "gda",
+    "gda_quadratic",
+    "naive_bayes_gaussian",
+    "naive_bayes_multinomial",
+    "naive_bayes_bernoulli",
+    "naive_bayes_poisson",
+]
 
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
@@ -24,8 +30,17 @@ pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 def _run(name, tmp_path, *extra):
     run_dir = tmp_path / name
-    status = main(["--config", str(ROOT / "configs" / f"{name}.yaml"), "--run_dir", str(run_dir),
-                   "--trainer.enable_progress_bar", "false", *extra])
+    status = main(
+        [
+            "--config",
+            str(ROOT / "configs" / f"{name}.yaml"),
+            "--run_dir",
+            str(run_dir),
+            "--trainer.enable_progress_bar",
+            "false",
+            *extra,
+        ]
+    )
     assert status == 0
     return json.loads((run_dir / "metrics.json").read_text())
 

@@ -64,9 +64,14 @@ def _binary(n=300, d=6, k=3, seed=0):
     return torch.bernoulli(p[y], generator=g), y
 
 
-DATA = {GaussianNB: _gaussian, LinearDiscriminantAnalysis: _gaussian,
-        QuadraticDiscriminantAnalysis: _gaussian, MultinomialNB: _counts, PoissonNB: _counts,
-        BernoulliNB: _binary}
+DATA = {
+    GaussianNB: _gaussian,
+    LinearDiscriminantAnalysis: _gaussian,
+    QuadraticDiscriminantAnalysis: _gaussian,
+    MultinomialNB: _counts,
+    PoissonNB: _counts,
+    BernoulliNB: _binary,
+}
 MODELS = sorted(DATA, key=lambda c: c.__name__)
 
 
@@ -112,8 +117,9 @@ def test_float32_data_with_an_offset_fit_in_float32(cls):
     model = _fit(cls, (x + 1e4).float(), y, dtype=torch.float32)
     assert model.dtype == torch.float32
     # float32 spacing at 1e4 is 1e-3: the data themselves are rounded that much.
-    torch.testing.assert_close(model.predict_proba((x + 1e4).float()).double(), plain.predict_proba(x),
-                               rtol=0, atol=5e-3)
+    torch.testing.assert_close(
+        model.predict_proba((x + 1e4).float()).double(), plain.predict_proba(x), rtol=0, atol=5e-3
+    )
 
 
 # -- batch splits and processes ------------------------------------------------------------
@@ -140,7 +146,7 @@ def test_sorted_batches_with_a_class_missing_from_the_first_batch():
     for cls in GAUSSIAN:
         one, split = cls(4, 3), cls(4, 3)
         one.fit(x, y)
-        run_passes(split.make_fitter(), [Batch(x[i:i + 40], y[i:i + 40]) for i in range(0, 240, 40)], 1)
+        run_passes(split.make_fitter(), [Batch(x[i : i + 40], y[i : i + 40]) for i in range(0, 240, 40)], 1)
         for (name, a), (_, b) in zip(one.state_dict().items(), split.state_dict().items()):
             torch.testing.assert_close(a, b, rtol=1e-15, atol=1e-10, msg=name)
 
@@ -157,7 +163,7 @@ def _fit_shard(rank, world, name, empty_shard):
     else:
         bounds = [0, 180, 301] if not empty_shard else [0, 301, 301]  # rank 1: no rows at all
         lo, hi = bounds[rank], bounds[rank + 1]
-        batches = [Batch(x[i:min(i + 50, hi)], y[i:min(i + 50, hi)]) for i in range(lo, hi, 50)]
+        batches = [Batch(x[i : min(i + 50, hi)], y[i : min(i + 50, hi)]) for i in range(lo, hi, 50)]
         run_passes(model.make_fitter(), batches, max_passes=1)
     return {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -272,7 +278,9 @@ def test_gaussian_nb_constant_features():
     x[:, 2] = 5.0
     model = _fit(GaussianNB, x, y)
     ref = sknb.GaussianNB().fit(x.numpy(), y.numpy())
-    np.testing.assert_allclose(model.predict_proba(x).numpy(), ref.predict_proba(x.numpy()), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(
+        model.predict_proba(x).numpy(), ref.predict_proba(x.numpy()), rtol=0, atol=1e-10
+    )
     # The constant feature has one mean and variance in every class: it drops out of
     # the posterior exactly, however far a probe is from it.
     probe = x[:20].clone()
@@ -333,5 +341,6 @@ def test_gda_base_class_matches_its_subclasses():
     for cov, cls in (("shared", LinearDiscriminantAnalysis), ("per_class", QuadraticDiscriminantAnalysis)):
         base = GaussianDiscriminantAnalysis(4, 3, covariance=cov)
         base.fit(x + 1e4, y)
-        torch.testing.assert_close(base.predict_proba(x + 1e4), _fit(cls, x + 1e4, y).predict_proba(x + 1e4),
-                                   rtol=0, atol=0)
+        torch.testing.assert_close(
+            base.predict_proba(x + 1e4), _fit(cls, x + 1e4, y).predict_proba(x + 1e4), rtol=0, atol=0
+        )

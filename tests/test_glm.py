@@ -50,8 +50,11 @@ def _theta(m):
 
 
 @pytest.mark.parametrize("solver", ["irls", "newton"])
-@pytest.mark.parametrize("dataset,family,link,smfam,fit_kw", [c for c in CASES if c[0] != "longley"],
-                         ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES if c[0] != "longley"])
+@pytest.mark.parametrize(
+    "dataset,family,link,smfam,fit_kw",
+    [c for c in CASES if c[0] != "longley"],
+    ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES if c[0] != "longley"],
+)
 def test_fit_matches_statsmodels_glm(dataset, family, link, smfam, fit_kw, solver):
     X, y, w, off = _dataset(dataset)
     r = statsmodels_fit(dataset, smfam, fit_kw)
@@ -73,7 +76,9 @@ def test_gaussian_longley_matches_statsmodels(link):
     Xs = X / X.std(0)
     import statsmodels.api as sm
 
-    fam = sm.families.Gaussian(sm.families.links.Identity() if link == "identity" else sm.families.links.Log())
+    fam = sm.families.Gaussian(
+        sm.families.links.Identity() if link == "identity" else sm.families.links.Log()
+    )
     r = sm.GLM(y, sm.add_constant(Xs, prepend=False), family=fam).fit(tol=1e-14, maxiter=500)
     m, fr = _fit("gaussian", link, _t(Xs), _t(y), solver="irls")
     res = glm_results(m, _t(Xs), _t(y), fit_result=fr, information="expected")
@@ -122,8 +127,9 @@ def test_newton_equals_irls_at_the_optimum_and_recovers_coefficients(family, lin
         assert res.scale == pytest.approx(s.dispersion, rel=0.15), m_disp
 
 
-@pytest.mark.parametrize("family,link", [("poisson", "log"), ("gamma", "log"), ("bernoulli", "probit"),
-                                         ("gaussian", "identity")])
+@pytest.mark.parametrize(
+    "family,link", [("poisson", "log"), ("gamma", "log"), ("bernoulli", "probit"), ("gaussian", "identity")]
+)
 def test_frequency_weights_equal_duplicated_rows(family, link):
     x, y, _, _ = _sim(family, link, n=150, seed=3)
     fw = torch.arange(150) % 3  # 0, 1 or 2 copies
@@ -150,15 +156,25 @@ def test_binomial_trials_equal_expanded_bernoulli_rows():
     assert torch.allclose(_theta(mb), _theta(me), rtol=1e-8, atol=1e-10)
 
 
-@pytest.mark.parametrize("family,link", [("poisson", "log"), ("gamma", "log"), ("binomial", "logit"),
-                                         ("gaussian", "identity"), ("exponential", "log")])
+@pytest.mark.parametrize(
+    "family,link",
+    [
+        ("poisson", "log"),
+        ("gamma", "log"),
+        ("binomial", "logit"),
+        ("gaussian", "identity"),
+        ("exponential", "log"),
+    ],
+)
 def test_constant_offset_shifts_only_the_intercept(family, link):
     x, y, w, _ = _sim(family, link, n=300, seed=2)
     c = 0.7
     m0, _ = _fit(family, link, x, y, w)
     m1, _ = _fit(family, link, x, y, w, off=torch.full((300,), c))
     assert torch.allclose(m1.linear.weight, m0.linear.weight, rtol=1e-8, atol=1e-10)
-    assert float(m1.linear.bias.detach()) == pytest.approx(float(m0.linear.bias.detach()) - c, rel=1e-8, abs=1e-10)
+    assert float(m1.linear.bias.detach()) == pytest.approx(
+        float(m0.linear.bias.detach()) - c, rel=1e-8, abs=1e-10
+    )
 
 
 def test_poisson_exposure_offset_matches_statsmodels_exposure():
@@ -166,10 +182,15 @@ def test_poisson_exposure_offset_matches_statsmodels_exposure():
 
     x, y, _, s = _sim("poisson", "log", n=300, seed=4)
     expo = torch.linspace(0.5, 3.0, 300)
-    y = torch.poisson(torch.exp(x @ torch.tensor(s.coef) + s.intercept) * expo,
-                      generator=torch.Generator().manual_seed(0))
-    r = sm.GLM(y.numpy(), sm.add_constant(x.numpy(), prepend=False), family=sm.families.Poisson(),
-               exposure=expo.numpy()).fit(tol=1e-14)
+    y = torch.poisson(
+        torch.exp(x @ torch.tensor(s.coef) + s.intercept) * expo, generator=torch.Generator().manual_seed(0)
+    )
+    r = sm.GLM(
+        y.numpy(),
+        sm.add_constant(x.numpy(), prepend=False),
+        family=sm.families.Poisson(),
+        exposure=expo.numpy(),
+    ).fit(tol=1e-14)
     res = fit_glm(GeneralizedLinearModel(3, "poisson"), x, y, offset=torch.log(expo), **TIGHT)
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
@@ -177,8 +198,15 @@ def test_poisson_exposure_offset_matches_statsmodels_exposure():
     assert res.llnull == pytest.approx(r.llnull, rel=1e-6)
 
 
-@pytest.mark.parametrize("family,link", [("poisson", "identity"), ("gamma", "inverse"),
-                                         ("exponential", "negative_reciprocal"), ("binomial", "log")])
+@pytest.mark.parametrize(
+    "family,link",
+    [
+        ("poisson", "identity"),
+        ("gamma", "inverse"),
+        ("exponential", "negative_reciprocal"),
+        ("binomial", "log"),
+    ],
+)
 def test_link_leaving_the_mean_domain_is_handled_by_the_line_search(family, link):
     # From W = 0, b = 0 these links start outside the mean domain (mu <= 0, mu = inf,
     # mu = 1); full Newton steps would overshoot it too: the fit must stay finite.
@@ -195,7 +223,9 @@ def test_link_leaving_the_mean_domain_is_handled_by_the_line_search(family, link
 
 
 def test_invalid_pairing_in_the_model_lists_valid_links():
-    with pytest.raises(InputError, match=r"link for family 'poisson': expected one of \['log', 'identity', 'sqrt'\]"):
+    with pytest.raises(
+        InputError, match=r"link for family 'poisson': expected one of \['log', 'identity', 'sqrt'\]"
+    ):
         GeneralizedLinearModel(2, "poisson", link="logit")
     with pytest.raises(InputError, match="y: expected non-negative counts"):
         GeneralizedLinearModel(2, "poisson").fit(torch.zeros(2, 2), torch.tensor([1.0, -1.0]))
@@ -290,8 +320,9 @@ def test_newton_fit_standard_errors_match_statsmodels_logit_probit(link):
     X, y = d.exog.values, d.endog.values
     cls = sm.Logit if link == "logit" else sm.Probit
     r = cls(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
-    res = fit_glm(GeneralizedLinearModel(3, "bernoulli", link), _t(X), torch.tensor(y).long(),
-                  solver="newton", **TIGHT)
+    res = fit_glm(
+        GeneralizedLinearModel(3, "bernoulli", link), _t(X), torch.tensor(y).long(), solver="newton", **TIGHT
+    )
     assert res.information == "observed"
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)

@@ -26,7 +26,8 @@ def _type_checking(node) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 def _import_nodes(tree: ast.Module, top_level: bool, annotations: bool = True):
@@ -44,7 +45,9 @@ def _import_nodes(tree: ast.Module, top_level: bool, annotations: bool = True):
             stack.extend(ast.iter_child_nodes(node))
 
 
-def import_graph(top_level: bool = False, external: bool = False, annotations: bool = True) -> dict[str, set[str]]:
+def import_graph(
+    top_level: bool = False, external: bool = False, annotations: bool = True
+) -> dict[str, set[str]]:
     """Module -> the torchglm modules it imports (a name imported from a package
     counts as its submodule when one of that name exists); ``external`` keeps the
     other packages' names too (``pytorch_lightning``, ``lightning.pytorch``);
@@ -134,15 +137,16 @@ def test_models_import_neither_solvers_nor_training_at_import_time():
     every = import_graph()
     for mod in top:
         if _under(mod, "torchglm.models"):
-            assert not any(_under(d, "torchglm.solvers") or _under(d, "torchglm.training") for d in top[mod]), mod
+            assert not any(
+                _under(d, "torchglm.solvers") or _under(d, "torchglm.training") for d in top[mod]
+            ), mod
             assert not any(_under(d, "torchglm.training") for d in every[mod]), mod
 
 
 def test_lightning_is_imported_only_under_training():
     graph = import_graph(external=True)
     lightning = {"pytorch_lightning", "lightning"}
-    users = {mod for mod, deps in graph.items()
-             if any(d.split(".")[0] in lightning for d in deps)}
+    users = {mod for mod, deps in graph.items() if any(d.split(".")[0] in lightning for d in deps)}
     assert {m for m in users if not _under(m, "torchglm.training")} == set()
     assert {"torchglm.training.data_module", "torchglm.training.bayes_callback"} <= users
 
@@ -153,8 +157,10 @@ def test_the_bayesian_api_does_not_import_lightning():
     import subprocess
     import sys
 
-    code = ("import sys, torchglm, torchglm.bayes; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')))")
+    code = (
+        "import sys, torchglm, torchglm.bayes; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     from torchglm.bayes.callback import BayesianEvaluation as former
@@ -177,8 +183,10 @@ LAYERS = [
     ("plotting", ["torchglm.plotting"]),
     ("sklearn", ["torchglm.sklearn"]),
     ("training", ["torchglm.training"]),
-    ("entry points", ["torchglm", "torchglm.figures", "torchglm.inference_callback",
-                      "torchglm.plot_callbacks"]),
+    (
+        "entry points",
+        ["torchglm", "torchglm.figures", "torchglm.inference_callback", "torchglm.plot_callbacks"],
+    ),
 ]
 
 #: Imports that point up the layers, each for a stated reason.
@@ -187,7 +195,7 @@ UPWARD = {
     # time: test_models_import_neither_solvers_nor_training_at_import_time).
     ("torchglm.models.glm", "torchglm.solvers"),
     # Former names kept for configs and saved runs: re-exports of moved Lightning classes.
-    ("torchglm.data", "torchglm.training.data_module"),          # lazy, in __getattr__
+    ("torchglm.data", "torchglm.training.data_module"),  # lazy, in __getattr__
     ("torchglm.data.module", "torchglm.training.data_module"),
     ("torchglm.bayes.callback", "torchglm.training.bayes_callback"),
     # ``torchglm figures`` dispatches from the CLI to the figures entry point.
@@ -196,8 +204,10 @@ UPWARD = {
 
 
 def _layer(mod: str) -> int:
-    best = max(((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _under(mod, p)),
-               default=None)
+    best = max(
+        ((len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _under(mod, p)),
+        default=None,
+    )
     assert best is not None, f"{mod} is in no layer: add it to LAYERS and to README's Architecture"
     return best[1]
 

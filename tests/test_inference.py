@@ -91,13 +91,25 @@ def _compare(res: GLMResults, r, rel=1e-6):
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=rel)
     np.testing.assert_allclose(res.pvalues.numpy(), r.pvalues, rtol=1e-5, atol=1e-300)
     np.testing.assert_allclose(res.conf_int.numpy(), r.conf_int(), rtol=rel)
-    for k in ("llf", "llnull", "deviance", "null_deviance", "pearson_chi2", "aic", "bic", "scale",
-              "df_resid", "df_model"):
+    for k in (
+        "llf",
+        "llnull",
+        "deviance",
+        "null_deviance",
+        "pearson_chi2",
+        "aic",
+        "bic",
+        "scale",
+        "df_resid",
+        "df_model",
+    ):
         assert getattr(res, k) == pytest.approx(float(getattr(r, k)), rel=rel), k
     assert res.nobs == r.model.wnobs  # the sum of frequency weights (rows, for the binomial)
 
 
-@pytest.mark.parametrize("dataset,family,link,smfam,fit_kw", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES])
+@pytest.mark.parametrize(
+    "dataset,family,link,smfam,fit_kw", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
+)
 def test_inference_matches_statsmodels_glm_at_its_estimate(dataset, family, link, smfam, fit_kw):
     X, y, w, off = _dataset(dataset)
     r = statsmodels_fit(dataset, smfam, fit_kw)
@@ -206,8 +218,12 @@ def test_bad_arguments():
     with pytest.raises(InputError, match="x/batches: expected either x and y or batches"):
         glm_results(m)
     with pytest.raises(InputError, match="offset: expected"):
-        glm_results(GeneralizedLinearModel(2, "categorical", n_classes=3), x, torch.tensor([0, 1, 2]),
-                    offset=torch.zeros(4))
+        glm_results(
+            GeneralizedLinearModel(2, "categorical", n_classes=3),
+            x,
+            torch.tensor([0, 1, 2]),
+            offset=torch.zeros(4),
+        )
 
 
 def test_softmax_contrasts_match_statsmodels_mnlogit():
@@ -252,10 +268,21 @@ def test_softmax_offset_is_added_to_every_class(solver):
     g = np.random.default_rng(0)
     off = 3.0 * g.standard_normal(len(y))
     r = sm.MNLogit(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
-    res = fit_glm(GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3), _t(X), torch.tensor(y),
-                  offset=_t(off), solver=solver, tol=1e-12)
-    base = fit_glm(GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3), _t(X), torch.tensor(y),
-                   solver=solver, tol=1e-12)
+    res = fit_glm(
+        GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3),
+        _t(X),
+        torch.tensor(y),
+        offset=_t(off),
+        solver=solver,
+        tol=1e-12,
+    )
+    base = fit_glm(
+        GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3),
+        _t(X),
+        torch.tensor(y),
+        solver=solver,
+        tol=1e-12,
+    )
     # against MNLogit: to the solvers' accuracy (their stop is on the decrement of the
     # mean NLL, lambda^2 <= 1e-12: parameters within ~1e-5 of the optimum here)
     np.testing.assert_allclose(res.params.numpy(), r.params.T.ravel(), rtol=1e-4, atol=2e-5)
@@ -284,8 +311,10 @@ def test_softmax_offset_against_the_logistic_offset():
     g = torch.Generator().manual_seed(4)
     x = torch.randn(400, 2, generator=g, dtype=torch.float64)
     off = torch.randn(400, generator=g, dtype=torch.float64)
-    y = (torch.rand(400, generator=g, dtype=torch.float64) < torch.sigmoid(x @ torch.tensor(
-        [1.0, -0.5], dtype=torch.float64) + off)).to(torch.float64)
+    y = (
+        torch.rand(400, generator=g, dtype=torch.float64)
+        < torch.sigmoid(x @ torch.tensor([1.0, -0.5], dtype=torch.float64) + off)
+    ).to(torch.float64)
     soft = fit_glm(GeneralizedLinearModel(2, "categorical", n_classes=2), x, y.long(), offset=off, tol=1e-12)
     logit = fit_glm(GeneralizedLinearModel(2, "bernoulli"), x, y, tol=1e-12)
     logit_off = fit_glm(GeneralizedLinearModel(2, "bernoulli"), x, y, offset=off, tol=1e-12)

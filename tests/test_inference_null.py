@@ -9,8 +9,9 @@ from torchglm import GeneralizedLinearModel
 from torchglm.inference import fit_glm
 
 
-@pytest.mark.parametrize("family,link", [("poisson", "log"), ("gamma", "log"), ("bernoulli", "probit"),
-                                         ("gaussian", "log")])
+@pytest.mark.parametrize(
+    "family,link", [("poisson", "log"), ("gamma", "log"), ("bernoulli", "probit"), ("gaussian", "log")]
+)
 def test_null_deviance_with_offsets_is_at_the_null_mle(family, link):
     g = torch.Generator().manual_seed(3)
     n = 200

@@ -18,9 +18,17 @@ from torchglm.solvers import choose_solver, fit, flat_parameters, make_fitter, r
 sm = pytest.importorskip("statsmodels.api")
 
 #: NIST StRD Longley, certified values: intercept, then x1..x6.
-LONGLEY = np.array([-3482258.63459582, 15.0618722713733, -0.358191792925910e-1,
-                    -2.02022980381683, -1.03322686717359, -0.511041056535807e-1,
-                    1829.15146461355])
+LONGLEY = np.array(
+    [
+        -3482258.63459582,
+        15.0618722713733,
+        -0.358191792925910e-1,
+        -2.02022980381683,
+        -1.03322686717359,
+        -0.511041056535807e-1,
+        1829.15146461355,
+    ]
+)
 
 
 def _digits(est, cert):
@@ -29,8 +37,10 @@ def _digits(est, cert):
 
 def _longley():
     d = sm.datasets.longley.load_pandas()
-    return (torch.tensor(d.exog.values, dtype=torch.float64),
-            torch.tensor(d.endog.values, dtype=torch.float64))
+    return (
+        torch.tensor(d.exog.values, dtype=torch.float64),
+        torch.tensor(d.endog.values, dtype=torch.float64),
+    )
 
 
 def _params(m):
@@ -70,7 +80,9 @@ def test_auto_picks_qr_for_gaussian_identity_only():
 def test_weights_offsets_and_penalty_match_newton(l2):
     g = torch.Generator().manual_seed(3)
     x = torch.randn(400, 4, generator=g, dtype=torch.float64)
-    y = x @ torch.tensor([1.0, -2, 3, 0.5], dtype=torch.float64) + torch.randn(400, generator=g, dtype=torch.float64)
+    y = x @ torch.tensor([1.0, -2, 3, 0.5], dtype=torch.float64) + torch.randn(
+        400, generator=g, dtype=torch.float64
+    )
     w = torch.rand(400, generator=g, dtype=torch.float64) * 3
     off = torch.randn(400, generator=g, dtype=torch.float64)
     got = []
@@ -95,7 +107,9 @@ def test_rank_deficient_design_gives_the_minimum_norm_solution_with_a_warning():
     g = torch.Generator().manual_seed(1)
     z = torch.randn(200, 3, generator=g, dtype=torch.float64)
     x = torch.cat([z, 1e5 * z[:, :1]], 1)  # column 4 = 1e5 x column 1: rank 4 of 5
-    y = z @ torch.tensor([1.0, 2, 3], dtype=torch.float64) + 0.1 * torch.randn(200, generator=g, dtype=torch.float64)
+    y = z @ torch.tensor([1.0, 2, 3], dtype=torch.float64) + 0.1 * torch.randn(
+        200, generator=g, dtype=torch.float64
+    )
     m = GeneralizedLinearModel(4, "gaussian", dtype=torch.float64)
     with pytest.warns(NumericalWarning, match="rank 4 of 5"):
         r = fit(m, x, y, solver="qr")
@@ -115,7 +129,11 @@ def test_polynomial_design_beyond_the_normal_equations():
     t = torch.linspace(-9, -3, 82, dtype=torch.float64)
     x = torch.stack([t**k for k in range(1, 8)], 1)
     beta = torch.randn(8, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
-    y = beta[0] + x @ beta[1:] + 1e-3 * torch.randn(82, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    y = (
+        beta[0]
+        + x @ beta[1:]
+        + 1e-3 * torch.randn(82, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    )
     A = torch.cat([torch.ones(82, 1, dtype=torch.float64), x], 1)
     c = A.norm(dim=0)
     ref = torch.linalg.lstsq(A / c, y.unsqueeze(-1), driver="gelsd").solution.squeeze(-1) / c

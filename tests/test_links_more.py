@@ -58,7 +58,7 @@ def test_every_new_pair_is_allowed():
 def test_fit_matches_statsmodels(family, link):
     smfam, _, fit_kw = CASES[(family, link)]
     x, y, trials = _simulate(family, link)
-    exog = sm.add_constant(x, prepend=False)     # intercept last, like the model's flat order
+    exog = sm.add_constant(x, prepend=False)  # intercept last, like the model's flat order
     endog = y if trials is None else np.column_stack([y * trials, trials * (1 - y)])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -104,14 +104,14 @@ def test_cauchit_tails_keep_relative_precision():
 
     from torchglm.links import Cauchit
 
-    with mp.workdps(40):   # local: test_trust_inputs sets the global precision
+    with mp.workdps(40):  # local: test_trust_inputs sets the global precision
         link = Cauchit()
         for e in (1e3, 1e10, 1e20, 1e200):
-            ref = float(mp.log(mp.atan(1 / mp.mpf(e)) / mp.pi))   # 1/2 - atan(e)/pi = atan(1/e)/pi, e > 0
+            ref = float(mp.log(mp.atan(1 / mp.mpf(e)) / mp.pi))  # 1/2 - atan(e)/pi = atan(1/e)/pi, e > 0
             eta = torch.tensor([e, -e], dtype=torch.float64)
             got = link.log1m_inverse(eta[:1])
             assert float(got) == pytest.approx(ref, rel=1e-14)
-            assert float(link.log_inverse(eta[1:])) == pytest.approx(ref, rel=1e-14)   # symmetry
+            assert float(link.log_inverse(eta[1:])) == pytest.approx(ref, rel=1e-14)  # symmetry
         # the naive form is useless there: 1/2 + atan/pi rounds next to 1 (-inf, or nats off)
         naive = float(torch.log1p(-(0.5 + torch.atan(torch.tensor(1e20, dtype=torch.float64)) / math.pi)))
         ref = float(mp.log(mp.atan(1 / mp.mpf(1e20)) / mp.pi))

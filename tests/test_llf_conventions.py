@@ -30,10 +30,14 @@ def test_gaussian_llf_mle_is_r_loglik_and_llf_is_statsmodels(link):
     n = y.shape[0]
     rss = float(((y - m.predict(x).detach()) ** 2).sum())
     assert res.llf_mle == pytest.approx(-0.5 * n * (math.log(2 * math.pi * rss / n) + 1), rel=1e-10)
-    links = {"identity": sm.families.links.Identity(), "log": sm.families.links.Log(),
-             "inverse": sm.families.links.InversePower()}
-    ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy()),
-                 family=sm.families.Gaussian(links[link])).fit(tol=1e-12)
+    links = {
+        "identity": sm.families.links.Identity(),
+        "log": sm.families.links.Log(),
+        "inverse": sm.families.links.InversePower(),
+    }
+    ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy()), family=sm.families.Gaussian(links[link])).fit(
+        tol=1e-12
+    )
     assert res.llf == pytest.approx(ref.llf, rel=1e-8)
     if link == "identity":
         assert res.llf_mle == pytest.approx(res.llf, rel=1e-12)

@@ -18,8 +18,18 @@ def test_bf16_mixed_sgd_trains(tmp_path):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            code = main(["--config", TINY, "--run_dir", str(tmp_path / "run"),
-                         "--trainer.precision", "bf16-mixed", "--data.dtype", "float32"])
+            code = main(
+                [
+                    "--config",
+                    TINY,
+                    "--run_dir",
+                    str(tmp_path / "run"),
+                    "--trainer.precision",
+                    "bf16-mixed",
+                    "--data.dtype",
+                    "float32",
+                ]
+            )
     finally:
         torch.set_num_threads(n)
     assert code == 0

@@ -51,8 +51,9 @@ def test_multinomial_log_density_is_the_multinomial_pmf(digits):
     model.fit(torch.tensor(x), torch.tensor(y))
     rows = x[:20]
     theta = model.log_theta.exp().numpy()
-    expected = np.stack([stats.multinomial.logpmf(rows, rows.sum(1), theta[k] / theta[k].sum())
-                         for k in range(10)], axis=1)
+    expected = np.stack(
+        [stats.multinomial.logpmf(rows, rows.sum(1), theta[k] / theta[k].sum()) for k in range(10)], axis=1
+    )
     _close(model.class_log_likelihood(torch.tensor(rows)), expected, 1e-9)
 
 
@@ -102,8 +103,9 @@ def test_poisson_is_the_gamma_posterior_mean_and_the_poisson_pmf(digits):
         eff_alpha = 1e-10 if alpha == 0 else alpha  # digits have all-zero pixels in a class
         for k in (0, 7):
             xk = x[y == k]
-            np.testing.assert_allclose(model.rate[k].numpy(), (xk.sum(0) + eff_alpha) / (len(xk) + beta),
-                                       rtol=1e-12)
+            np.testing.assert_allclose(
+                model.rate[k].numpy(), (xk.sum(0) + eff_alpha) / (len(xk) + beta), rtol=1e-12
+            )
     rows = x[:15]
     rate = model.rate.numpy()
     expected = np.stack([stats.poisson.logpmf(rows, rate[k]).sum(1) for k in range(10)], axis=1)
@@ -170,7 +172,9 @@ def test_counts_must_be_non_negative_integers(cls):
 
 def test_bernoulli_rejects_non_binary_values():
     model = BernoulliNB(2, 2)
-    with pytest.raises(InputError, match="X: expected binary features in \\{0, 1\\} \\(or set binarize\\), got a value 2"):
+    with pytest.raises(
+        InputError, match="X: expected binary features in \\{0, 1\\} \\(or set binarize\\), got a value 2"
+    ):
         model.fit(torch.tensor([[1.0, 2.0], [0.0, 1.0]]), torch.tensor([0, 1]))
     with pytest.raises(InputError, match="binarize"):
         BernoulliNB(2, 2, binarize=-1.0)
@@ -180,9 +184,16 @@ def test_bernoulli_rejects_non_binary_values():
         thresholded.to_linear()
 
 
-@pytest.mark.parametrize("cls,kw", [(MultinomialNB, {"alpha": -1.0}), (BernoulliNB, {"alpha": float("nan")}),
-                                    (PoissonNB, {"beta": -0.5}), (GaussianNB, {"var_smoothing": -1e-9}),
-                                    (MultinomialNB, {"alpha": float("inf")})])
+@pytest.mark.parametrize(
+    "cls,kw",
+    [
+        (MultinomialNB, {"alpha": -1.0}),
+        (BernoulliNB, {"alpha": float("nan")}),
+        (PoissonNB, {"beta": -0.5}),
+        (GaussianNB, {"var_smoothing": -1e-9}),
+        (MultinomialNB, {"alpha": float("inf")}),
+    ],
+)
 def test_hyperparameter_errors(cls, kw):
     with pytest.raises(InputError):
         cls(3, 2, **kw)
@@ -229,8 +240,10 @@ def test_sparse_rejected_where_unsupported():
         MultinomialNB(3, 2).fit(torch.eye(3).to_sparse(), torch.tensor([0, 1, 0]), batch_size=2)
 
 
-@pytest.mark.parametrize("cls,expected", [(MultinomialNB, 10 * 63 + 9), (BernoulliNB, 640 + 9),
-                                          (PoissonNB, 640 + 9), (GaussianNB, 2 * 640 + 9)])
+@pytest.mark.parametrize(
+    "cls,expected",
+    [(MultinomialNB, 10 * 63 + 9), (BernoulliNB, 640 + 9), (PoissonNB, 640 + 9), (GaussianNB, 2 * 640 + 9)],
+)
 def test_parameter_counts(cls, expected):
     assert cls(64, 10).n_parameters == expected
 

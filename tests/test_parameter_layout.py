@@ -18,12 +18,15 @@ def _random(model, seed=0):
     return model
 
 
-@pytest.mark.parametrize("make", [
-    lambda: LogisticRegression(3, dtype=torch.float64),
-    lambda: LogisticRegression(3, fit_intercept=False, dtype=torch.float64),
-    lambda: SoftmaxRegression(3, 4, dtype=torch.float64),
-    lambda: GeneralizedLinearModel(3, "poisson", dtype=torch.float64),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: LogisticRegression(3, dtype=torch.float64),
+        lambda: LogisticRegression(3, fit_intercept=False, dtype=torch.float64),
+        lambda: SoftmaxRegression(3, 4, dtype=torch.float64),
+        lambda: GeneralizedLinearModel(3, "poisson", dtype=torch.float64),
+    ],
+)
 def test_linear_predictor_matches_forward_and_stacks(make):
     model = _random(make())
     x = torch.randn(7, 3, dtype=torch.float64)
@@ -41,7 +44,9 @@ def test_linear_predictor_matches_forward_and_stacks(make):
     torch.testing.assert_close(eta[1], 2 * ref, rtol=1e-13, atol=1e-13)
     offset = torch.randn(7, dtype=torch.float64)
     shifted = offset.unsqueeze(-1) if model.family.multi_output else offset
-    torch.testing.assert_close(model.linear_predictor(theta, x, offset), ref + shifted, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(
+        model.linear_predictor(theta, x, offset), ref + shifted, rtol=1e-14, atol=1e-14
+    )
     assert model.n_weights + model.n_bias == theta.numel()
 
 
@@ -50,7 +55,13 @@ def test_parameter_names_in_the_flat_order():
     assert LogisticRegression(2).parameter_names(["a", "b"]) == ["a", "b", "intercept"]
     assert LogisticRegression(2, fit_intercept=False).parameter_names(["a", "b"]) == ["a", "b"]
     assert SoftmaxRegression(2, 2).parameter_names(["a", "b"]) == [
-        "0:a", "0:b", "1:a", "1:b", "0:intercept", "1:intercept"]
+        "0:a",
+        "0:b",
+        "1:a",
+        "1:b",
+        "0:intercept",
+        "1:intercept",
+    ]
     with pytest.raises(InputError, match="feature_names"):
         LogisticRegression(2).parameter_names(["a"])
 
@@ -79,7 +90,11 @@ def test_only_models_read_the_linear_layer():
 
     root = Path(torchglm.__file__).parent
     pattern = re.compile(r"\.linear\.(weight|bias)")
-    hits = [f"{path.relative_to(root.parent)}:{i}"
-            for path in sorted(root.rglob("*.py")) if "models" not in path.relative_to(root).parts[:1]
-            for i, line in enumerate(path.read_text().splitlines(), 1) if pattern.search(line)]
+    hits = [
+        f"{path.relative_to(root.parent)}:{i}"
+        for path in sorted(root.rglob("*.py"))
+        if "models" not in path.relative_to(root).parts[:1]
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
     assert hits == []

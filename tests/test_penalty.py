@@ -26,8 +26,9 @@ def test_penalty_value_gradient_and_curvature_are_consistent():
     assert float(v.detach()) == pytest.approx(0.5 * 0.3 * 5.0)
     (g,) = torch.autograd.grad(v, w)
     torch.testing.assert_close(pen.grad(w.detach()), g)
-    torch.testing.assert_close(pen.curvature(torch.ones(3, dtype=torch.float64)), torch.full((3,), 0.3,
-                               dtype=torch.float64))
+    torch.testing.assert_close(
+        pen.curvature(torch.ones(3, dtype=torch.float64)), torch.full((3,), 0.3, dtype=torch.float64)
+    )
 
 
 def test_model_penalty_and_the_pass_agree():
@@ -40,7 +41,9 @@ def test_model_penalty_and_the_pass_agree():
     sums = PassSums(model, theta, curvature="full")
     sums.add(next(iter(TensorBatches(x, y.to(torch.float64)))))
     sums.finish()
-    torch.testing.assert_close(sums.loss, model.objective(x, y.to(torch.float64)).detach(), rtol=1e-13, atol=0)
+    torch.testing.assert_close(
+        sums.loss, model.objective(x, y.to(torch.float64)).detach(), rtol=1e-13, atol=0
+    )
     mask = penalty_mask(model, torch.float64)
     zero = LogisticRegression(3, l2=0.0, dtype=torch.float64)
     zero.load_state_dict(model.state_dict())

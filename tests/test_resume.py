@@ -16,12 +16,26 @@ TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
 def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
-               OMP_NUM_THREADS="1")
-    return subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", TINY,
-                           "--run_dir", str(run_dir), "--trainer.max_epochs", "6",
-                           "--early_stopping.patience", "100", *extra],
-                          capture_output=True, text=True, env=env, cwd=run_dir.parent)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run_dir),
+            "--trainer.max_epochs",
+            "6",
+            "--early_stopping.patience",
+            "100",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=run_dir.parent,
+    )
 
 
 class KillMidEpoch(pl.Callback):
@@ -47,15 +61,21 @@ def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("solver", ["sgd", "newton", "lbfgs"])
 def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     # lbfgs: killed at pass 8, with stored pairs (its memory) to restore
-    extra = ["--model.solver", solver] + (["--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "60"]
-                                          if solver != "sgd" else [])
+    extra = ["--model.solver", solver] + (
+        ["--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "60"] if solver != "sgd" else []
+    )
     full = _train(tmp_path / "full", *extra)
     assert full.returncode == 0, full.stderr[-2000:]
 
     # tiny.yaml: 120 training rows in batches of 32, so batch 0 is mid-pass (a block
     # fit killed between blocks: tests/test_sgd_blocks.py)
-    killed = _train(tmp_path / "killed", *extra, "--trainer.callbacks+=test_resume.KillMidEpoch",
-                    "--trainer.callbacks.epoch", "8" if solver == "lbfgs" else "3")
+    killed = _train(
+        tmp_path / "killed",
+        *extra,
+        "--trainer.callbacks+=test_resume.KillMidEpoch",
+        "--trainer.callbacks.epoch",
+        "8" if solver == "lbfgs" else "3",
+    )
     assert killed.returncode == -9  # SIGKILL: no cleanup ran
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert last.is_file()
@@ -67,7 +87,9 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     resumed = _train(tmp_path / "killed", *extra, "--resume", str(last))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     # The fitted model each run reports (SGD: best validation epoch; Newton: the final iterate).
-    ckpts = [json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")]
+    ckpts = [
+        json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")
+    ]
     want, got = _weights(Path(ckpts[0])), _weights(Path(ckpts[1]))
     assert want.keys() == got.keys()
     for k in want:

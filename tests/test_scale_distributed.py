@@ -29,8 +29,11 @@ def _data(k=2, n=601, d=5, seed=0, counts=False):
 
 
 def _glm(k, solver):
-    model = (LogisticRegression(5, l2=1e-3, dtype=torch.float64) if k == 2
-             else SoftmaxRegression(5, k, l2=1e-3, dtype=torch.float64))
+    model = (
+        LogisticRegression(5, l2=1e-3, dtype=torch.float64)
+        if k == 2
+        else SoftmaxRegression(5, k, l2=1e-3, dtype=torch.float64)
+    )
     return model, solver
 
 
@@ -40,8 +43,11 @@ def _fit_glm(rank, world, k, solver):
     lo, hi = shard_range(len(y), rank, world)
     model, solver = _glm(k, solver)
     result = fit(model, x[lo:hi], y[lo:hi], solver=solver, batch_size=97)
-    return {"params": [p.detach().clone() for p in model.parameters()],
-            "losses": [h["loss"] for h in result.history], "n_iter": result.n_iter}
+    return {
+        "params": [p.detach().clone() for p in model.parameters()],
+        "losses": [h["loss"] for h in result.history],
+        "n_iter": result.n_iter,
+    }
 
 
 @pytest.mark.parametrize("k,solver", [(2, "newton"), (2, "irls"), (3, "newton"), (2, "lbfgs")])
@@ -54,8 +60,9 @@ def test_two_process_glm_fit_equals_one_process(k, solver):
         assert r["n_iter"] == single["n_iter"]
         for a, b in zip(r["params"], single["params"]):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-10)
-        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(single["losses"]),
-                                   rtol=1e-12, atol=0)
+        torch.testing.assert_close(
+            torch.tensor(r["losses"]), torch.tensor(single["losses"]), rtol=1e-12, atol=0
+        )
 
 
 _GENERATIVE = {

@@ -37,8 +37,12 @@ class CountSteps(pl.Callback):
         self.per_epoch: list[int] = []
         self.hooks: list[tuple[str, int, bool]] = []
         if step_hooks:  # defined only on request: overriding them takes Lightning's path
-            for name in ("on_before_zero_grad", "on_before_backward", "on_after_backward",
-                         "on_before_optimizer_step"):
+            for name in (
+                "on_before_zero_grad",
+                "on_before_backward",
+                "on_after_backward",
+                "on_before_optimizer_step",
+            ):
                 setattr(self, name, partial(self._record, name))
 
     def _record(self, name, trainer, *args):
@@ -52,18 +56,44 @@ class CountSteps(pl.Callback):
         self.per_epoch[-1] += 1
 
 
-def _fit(tmp_path, k, *, epochs=3, optimizer=None, lr_scheduler=None, interval="epoch", precision=None,
-         model=None, batch_size=32, callbacks=(), dtype="float64", ckpt_path=None, **trainer_kw):
+def _fit(
+    tmp_path,
+    k,
+    *,
+    epochs=3,
+    optimizer=None,
+    lr_scheduler=None,
+    interval="epoch",
+    precision=None,
+    model=None,
+    batch_size=32,
+    callbacks=(),
+    dtype="float64",
+    ckpt_path=None,
+    **trainer_kw,
+):
     dm = GLMDataModule("breast_cancer", batch_size=batch_size, dtype=dtype)
-    task = GLMTask(model or partial(LogisticRegression, l2=1e-3),
-                   optimizer=optimizer or partial(torch.optim.SGD, lr=0.1, momentum=0.9),
-                   lr_scheduler=lr_scheduler, lr_scheduler_interval=interval, steps_per_block=k,
-                   train_metrics=False)
+    task = GLMTask(
+        model or partial(LogisticRegression, l2=1e-3),
+        optimizer=optimizer or partial(torch.optim.SGD, lr=0.1, momentum=0.9),
+        lr_scheduler=lr_scheduler,
+        lr_scheduler_interval=interval,
+        steps_per_block=k,
+        train_metrics=False,
+    )
     counter = CountSteps()
-    trainer = pl.Trainer(max_epochs=epochs, logger=CSVLogger(tmp_path, name="", version=f"k{k}"),
-                         log_every_n_steps=3, enable_checkpointing=False, enable_progress_bar=False,
-                         enable_model_summary=False, num_sanity_val_steps=0, precision=precision,
-                         callbacks=[counter, *callbacks], **trainer_kw)
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=CSVLogger(tmp_path, name="", version=f"k{k}"),
+        log_every_n_steps=3,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+        precision=precision,
+        callbacks=[counter, *callbacks],
+        **trainer_kw,
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(task, datamodule=dm, ckpt_path=ckpt_path)
@@ -93,21 +123,38 @@ def _state(task, trainer):
 def _assert_same(a, b):
     assert a.keys() == b.keys()
     for key in a:
-        assert torch.equal(a[key], b[key]) or (a[key].isnan().all() and b[key].isnan().all()), (key, a[key], b[key])
+        assert torch.equal(a[key], b[key]) or (a[key].isnan().all() and b[key].isnan().all()), (
+            key,
+            a[key],
+            b[key],
+        )
 
 
 def _csv(tmp_path, k) -> str:
     return (tmp_path / f"k{k}" / "metrics.csv").read_text()
 
 
-@pytest.mark.parametrize("optimizer, lr_scheduler, interval", [
-    (partial(torch.optim.SGD, lr=0.1, momentum=0.9), None, "epoch"),
-    (partial(torch.optim.Adam, lr=0.05), partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.7), "epoch"),
-    (partial(torch.optim.Adam, lr=0.05), partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.1, total_steps=40),
-     "step"),
-    (partial(torch.optim.SGD, lr=0.5), partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0),
-     "epoch"),
-])
+@pytest.mark.parametrize(
+    "optimizer, lr_scheduler, interval",
+    [
+        (partial(torch.optim.SGD, lr=0.1, momentum=0.9), None, "epoch"),
+        (
+            partial(torch.optim.Adam, lr=0.05),
+            partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.7),
+            "epoch",
+        ),
+        (
+            partial(torch.optim.Adam, lr=0.05),
+            partial(torch.optim.lr_scheduler.OneCycleLR, max_lr=0.1, total_steps=40),
+            "step",
+        ),
+        (
+            partial(torch.optim.SGD, lr=0.5),
+            partial(torch.optim.lr_scheduler.ReduceLROnPlateau, factor=0.5, patience=0),
+            "epoch",
+        ),
+    ],
+)
 @pytest.mark.parametrize("k", [4, 32])
 def test_blocks_equal_per_step_bit_for_bit(tmp_path, k, optimizer, lr_scheduler, interval):
     one, t1, c1 = _fit(tmp_path, 1, optimizer=optimizer, lr_scheduler=lr_scheduler, interval=interval)
@@ -140,14 +187,20 @@ def test_per_step_scheduler_steps_every_optimizer_step(tmp_path):
     # StepLR stepped per optimizer step: lr = lr0 gamma^(steps taken), 33 steps in 3 epochs
     sched = partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.95)
     task, trainer, _ = _fit(tmp_path, 4, lr_scheduler=sched, interval="step")
-    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.95 ** (3 * N_BATCHES), rel=1e-12)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(
+        0.1 * 0.95 ** (3 * N_BATCHES), rel=1e-12
+    )
     task, trainer, _ = _fit(tmp_path, 4, lr_scheduler=sched, interval="epoch")
-    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.95 ** 3, rel=1e-12)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.95**3, rel=1e-12)
 
 
 def test_plateau_needs_epoch_interval():
-    task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=0.1), lr_scheduler_interval="step",
-                   lr_scheduler=partial(torch.optim.lr_scheduler.ReduceLROnPlateau))
+    task = GLMTask(
+        LogisticRegression,
+        optimizer=partial(torch.optim.SGD, lr=0.1),
+        lr_scheduler_interval="step",
+        lr_scheduler=partial(torch.optim.lr_scheduler.ReduceLROnPlateau),
+    )
     with pytest.raises(InputError, match="lr_scheduler_interval: expected 'epoch' for ReduceLROnPlateau"):
         task.build(GLMDataModule("breast_cancer"))
 
@@ -197,8 +250,15 @@ def test_mixed_precision_blocks(tmp_path, precision):
         if precision == "bf16-mixed":
             return {"precision": "bf16-mixed"}
         # init_scale overflows fp16 at first: skipped steps, then a scale going down and up
-        return {"plugins": [MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler(
-            "cpu", init_scale=2.0 ** 24, growth_interval=4))]}
+        return {
+            "plugins": [
+                MixedPrecision(
+                    "16-mixed",
+                    "cpu",
+                    scaler=torch.amp.GradScaler("cpu", init_scale=2.0**24, growth_interval=4),
+                )
+            ]
+        }
 
     c1, c4 = CountSteps(step_hooks=True), CountSteps(step_hooks=True)
     one, t1, _ = _fit(tmp_path, 1, dtype="float32", callbacks=[c1], **kw())
@@ -208,7 +268,7 @@ def test_mixed_precision_blocks(tmp_path, precision):
     assert c4.hooks == c1.hooks and not any(h[2] for h in c4.hooks)  # backward outside autocast
     scaler = t4.precision_plugin.scaler
     if scaler is not None:
-        assert scaler.get_scale() == t1.precision_plugin.scaler.get_scale() < 2.0 ** 24
+        assert scaler.get_scale() == t1.precision_plugin.scaler.get_scale() < 2.0**24
     val = t4.validate(blk, datamodule=t4.datamodule, verbose=False)[0]
     assert val["val/accuracy"] > 0.9
 
@@ -223,8 +283,15 @@ def test_forward_runs_in_autocast(tmp_path):
 
             pl_module.model.register_forward_hook(hook)
 
-    _fit(tmp_path, 4, epochs=1, dtype="float32", precision="bf16-mixed", callbacks=[Record()],
-         limit_val_batches=0)
+    _fit(
+        tmp_path,
+        4,
+        epochs=1,
+        dtype="float32",
+        precision="bf16-mixed",
+        callbacks=[Record()],
+        limit_val_batches=0,
+    )
     assert set(dtypes) == set(range(N_BATCHES)) and set(dtypes.values()) == {torch.bfloat16}
 
 
@@ -241,9 +308,16 @@ def test_early_stopping_and_max_steps(tmp_path):
     _assert_same(_state(one, t1), _state(blk, t4))
 
 
-@pytest.mark.parametrize("setting", [{"gradient_clip_val": 0.05}, {"accumulate_grad_batches": 2},
-                                     {"limit_train_batches": 5}, {"val_check_interval": 0.5},
-                                     {"precision": "64-true"}])
+@pytest.mark.parametrize(
+    "setting",
+    [
+        {"gradient_clip_val": 0.05},
+        {"accumulate_grad_batches": 2},
+        {"limit_train_batches": 5},
+        {"val_check_interval": 0.5},
+        {"precision": "64-true"},
+    ],
+)
 def test_settings_counting_batches_fit_per_step(tmp_path, setting):
     task, trainer, counter = _fit(tmp_path, 4, **setting)
     assert task.automatic_optimization and task.block_size() == 1
@@ -269,8 +343,12 @@ def test_resume_across_steps_per_block(tmp_path):
 def test_blocks_hold_the_same_batches():
     g = torch.Generator().manual_seed(0)
     x, y, w = torch.randn(23, 3, generator=g), torch.arange(23), torch.rand(23, generator=g)
-    flat = list(TensorBatches(x, y, w, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5)))
-    blocks = TensorBatches(x, y, w, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5)).blocks(4)
+    flat = list(
+        TensorBatches(x, y, w, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5))
+    )
+    blocks = TensorBatches(
+        x, y, w, batch_size=4, shuffle=True, generator=torch.Generator().manual_seed(5)
+    ).blocks(4)
     assert len(blocks) == 2
     got = list(blocks)
     assert [len(b) for b in got] == [4, 2] and all(isinstance(b, BatchBlock) for b in got)
@@ -283,8 +361,16 @@ def test_cli_blocks_report_the_per_step_model(tmp_path):
     """train.py: the reported model (the best validation epoch), last.ckpt, metrics and
     history are those of the per-step fit. Adam at lr 2 makes the validation loss go
     up and down, so the best epoch is not the last."""
-    args = ["--config", TINY, "--trainer.max_epochs", "8", "--early_stopping.patience", "100",
-            "--model.optimizer.init_args.lr", "2.0"]
+    args = [
+        "--config",
+        TINY,
+        "--trainer.max_epochs",
+        "8",
+        "--early_stopping.patience",
+        "100",
+        "--model.optimizer.init_args.lr",
+        "2.0",
+    ]
     for k in (1, 32):
         assert main([*args, "--run_dir", str(tmp_path / f"k{k}"), "--model.steps_per_block", str(k)]) == 0
     metrics = [json.loads((tmp_path / f"k{k}" / "metrics.json").read_text()) for k in (1, 32)]
@@ -307,23 +393,40 @@ def test_killed_block_run_resumes_to_the_per_step_result(tmp_path):
     scheduler included (stepped before last.ckpt is written)."""
     from test_resume import _train, _weights
 
-    plateau = ["--model.lr_scheduler", "torch.optim.lr_scheduler.ReduceLROnPlateau",
-               "--model.lr_scheduler.init_args.patience", "0", "--model.optimizer.init_args.lr", "1.0"]
+    plateau = [
+        "--model.lr_scheduler",
+        "torch.optim.lr_scheduler.ReduceLROnPlateau",
+        "--model.lr_scheduler.init_args.patience",
+        "0",
+        "--model.optimizer.init_args.lr",
+        "1.0",
+    ]
     full = _train(tmp_path / "full", "--model.steps_per_block", "1", *plateau)
     assert full.returncode == 0, full.stderr[-2000:]
     args = ["--model.steps_per_block", "2", *plateau]
-    killed = _train(tmp_path / "killed", *args, "--trainer.callbacks+=test_resume.KillMidEpoch",
-                    "--trainer.callbacks.epoch", "3", "--trainer.callbacks.batch", "0")
+    killed = _train(
+        tmp_path / "killed",
+        *args,
+        "--trainer.callbacks+=test_resume.KillMidEpoch",
+        "--trainer.callbacks.epoch",
+        "3",
+        "--trainer.callbacks.batch",
+        "0",
+    )
     assert killed.returncode == -9
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=False)["epoch"] == 2
     resumed = _train(tmp_path / "killed", *args, "--resume", str(last))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
-    ckpts = [json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")]
+    ckpts = [
+        json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")
+    ]
     want, got = _weights(Path(ckpts[0])), _weights(Path(ckpts[1]))
     assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
-    scheds = [torch.load(tmp_path / r / "checkpoints" / "last.ckpt", weights_only=False)["lr_schedulers"][0]
-              for r in ("full", "killed")]
+    scheds = [
+        torch.load(tmp_path / r / "checkpoints" / "last.ckpt", weights_only=False)["lr_schedulers"][0]
+        for r in ("full", "killed")
+    ]
     assert scheds[0] == scheds[1] and scheds[0]["last_epoch"] == 6
 
 
@@ -337,13 +440,37 @@ def test_two_process_ddp_blocks_equal_per_step(tmp_path):
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for k in (1, 2):  # quickstart: 171 rows per rank in batches of 64, blocks of 2 + 1
-        proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "quickstart.yaml"),
-                               "--run_dir", str(tmp_path / f"k{k}"), "--trainer.max_epochs", "4",
-                               "--trainer.enable_progress_bar", "false", "--model.steps_per_block", str(k),
-                               "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
-                              cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "train.py"),
+                "--config",
+                str(ROOT / "configs" / "quickstart.yaml"),
+                "--run_dir",
+                str(tmp_path / f"k{k}"),
+                "--trainer.max_epochs",
+                "4",
+                "--trainer.enable_progress_bar",
+                "false",
+                "--model.steps_per_block",
+                str(k),
+                "--trainer.strategy",
+                "ddp",
+                "--trainer.devices",
+                "2",
+                "--trainer.accelerator",
+                "cpu",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
     a, b = (torch.load(tmp_path / f"k{k}" / "checkpoints" / "last.ckpt", weights_only=False) for k in (1, 2))
     assert a["global_step"] == b["global_step"] == 4 * 3
     assert all(torch.equal(a["state_dict"][key], b["state_dict"][key]) for key in a["state_dict"])
-    assert a["optimizer_states"][0]["state"][0]["exp_avg"].equal(b["optimizer_states"][0]["state"][0]["exp_avg"])
+    assert a["optimizer_states"][0]["state"][0]["exp_avg"].equal(
+        b["optimizer_states"][0]["state"][0]["exp_avg"]
+    )

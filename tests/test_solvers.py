@@ -107,7 +107,8 @@ def iterates(model, solver, batches, n_passes, **options):
 def test_matches_statsmodels_binary(solver, model_cls, sm_cls):
     x, y = spector()
     ref = getattr(sm, sm_cls)(y.numpy(), sm.add_constant(x.numpy(), prepend=False)).fit(
-        method="newton", tol=1e-14, maxiter=100, disp=0)
+        method="newton", tol=1e-14, maxiter=100, disp=0
+    )
     m = model_cls(3)
     r = fit(m, x, y, solver=solver, tol=1e-20, gtol=1e-12)
     assert r.converged
@@ -121,13 +122,15 @@ def test_matches_statsmodels_mnlogit_probabilities_and_contrasts():
     x, y = anes96()
     K = 7
     ref = sm.MNLogit(y.numpy(), sm.add_constant(x.numpy(), prepend=False)).fit(
-        method="newton", tol=1e-14, maxiter=100, disp=0)
+        method="newton", tol=1e-14, maxiter=100, disp=0
+    )
     m = SoftmaxRegression(x.shape[1], K)
     r = fit(m, x, y, solver="newton", tol=1e-20, gtol=1e-11)
     assert r.converged
     P = m.predict_proba(x).detach().numpy()
-    np.testing.assert_allclose(P, ref.predict(sm.add_constant(x.numpy(), prepend=False)),
-                               rtol=1e-6, atol=1e-10)
+    np.testing.assert_allclose(
+        P, ref.predict(sm.add_constant(x.numpy(), prepend=False)), rtol=1e-6, atol=1e-10
+    )
     # statsmodels pins class 0; ours is the minimum-norm (sum-to-zero) solution.
     Wb = torch.cat([m.linear.weight, m.linear.bias[:, None]], 1).detach()
     assert torch.allclose(Wb.sum(0), torch.zeros(x.shape[1] + 1), atol=1e-9)
@@ -163,13 +166,22 @@ def test_newton_from_zero_converges_in_under_10_iterations():
     assert r.extra["hessian"].shape == (6, 6)
 
 
-FEW = [("bernoulli", "logit"), ("bernoulli", "probit"), ("categorical", "softmax"),
-       ("poisson", "log"), ("gamma", "inverse")]
+FEW = [
+    ("bernoulli", "logit"),
+    ("bernoulli", "probit"),
+    ("categorical", "softmax"),
+    ("poisson", "log"),
+    ("gamma", "inverse"),
+]
 STATIONARY = (
     [(f, link, s) for f, link in cases() for s in ("newton", "irls")]
     + [(f, link, s) for f, link in FEW for s in ("newton-cg", "lbfgs")]
-    + [pytest.param(f, link, s, marks=pytest.mark.slow)
-       for f, link in cases() if (f, link) not in FEW for s in ("newton-cg", "lbfgs")]
+    + [
+        pytest.param(f, link, s, marks=pytest.mark.slow)
+        for f, link in cases()
+        if (f, link) not in FEW
+        for s in ("newton-cg", "lbfgs")
+    ]
 )
 
 
@@ -202,8 +214,9 @@ def _first_order_case(family, link, solver, gtol=1e-8):
     assert autograd_gradient(m, x, y).abs().max() < 10 * gtol
 
 
-@pytest.mark.parametrize("family,link", [("bernoulli", "logit"), ("bernoulli", "probit"),
-                                         ("gaussian", "identity")])
+@pytest.mark.parametrize(
+    "family,link", [("bernoulli", "logit"), ("bernoulli", "probit"), ("gaussian", "identity")]
+)
 @pytest.mark.parametrize("solver", ["gd", "coordinate"])
 def test_first_order_reach_the_same_optimum(family, link, solver):
     _first_order_case(family, link, solver)
@@ -224,7 +237,7 @@ def test_sgd_like_fixed_step_gradient_descent():
     m, ref = LogisticRegression(2, l2=1e-2), LogisticRegression(2, l2=1e-2)
     r = fit(m, x, y, solver="gd", lr=1.0, gtol=1e-10)
     fit(ref, x, y, solver="newton", tol=1e-20)
-    own = r.history[1: len(r.history) - r.extra["finish_steps"] - 1]  # then the finish
+    own = r.history[1 : len(r.history) - r.extra["finish_steps"] - 1]  # then the finish
     assert r.converged and len(own) > 100 and all(h["step_size"] == 1.0 for h in own)
     assert torch.allclose(flat_parameters(m), flat_parameters(ref), atol=1e-8)
 
@@ -271,8 +284,10 @@ def test_irls_step_is_seed_weighted_least_squares():
     np.testing.assert_allclose(traj[0].numpy(), w_new, rtol=1e-10)
 
 
-@pytest.mark.parametrize("solver,batch_size", [("newton", 1)] + [
-    (s, b) for s in ["newton", "irls", "newton-cg", "lbfgs", "gd"] for b in (7, 64)])
+@pytest.mark.parametrize(
+    "solver,batch_size",
+    [("newton", 1)] + [(s, b) for s in ["newton", "irls", "newton-cg", "lbfgs", "gd"] for b in (7, 64)],
+)
 def test_batch_split_gives_the_same_iterates(solver, batch_size):
     x, y = breast_cancer((0, 1, 4))
     x, y = x[:120], y[:120]
@@ -397,8 +412,13 @@ def test_weights_and_offset_match_statsmodels_glm(solver):
     offset = torch.log(torch.rand(300, generator=g) * 3 + 0.5)
     y = torch.poisson(torch.exp(x @ torch.tensor([0.7, -0.4]) + 0.2 + offset), generator=g)
     w = torch.randint(1, 4, (300,), generator=g).to(torch.float64)
-    ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy(), prepend=False), family=sm.families.Poisson(),
-                 offset=offset.numpy(), freq_weights=w.numpy()).fit(tol=1e-14)
+    ref = sm.GLM(
+        y.numpy(),
+        sm.add_constant(x.numpy(), prepend=False),
+        family=sm.families.Poisson(),
+        offset=offset.numpy(),
+        freq_weights=w.numpy(),
+    ).fit(tol=1e-14)
     m = GeneralizedLinearModel(2, "poisson", "log", dtype=torch.float64)
     r = fit(m, x, y, weight=w, offset=offset, solver=solver, tol=1e-20, gtol=1e-12)
     assert r.converged

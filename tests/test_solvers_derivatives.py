@@ -29,8 +29,9 @@ def _model_and_data(family, link, n=40, d=3, l2=0.3, seed=0, fit_intercept=True)
     g = torch.Generator().manual_seed(seed)
     cls = FAMILIES[family]
     K = 4 if cls.multi_output else None
-    m = GeneralizedLinearModel(d, family, link, n_classes=K, l2=l2, fit_intercept=fit_intercept,
-                               dtype=torch.float64)
+    m = GeneralizedLinearModel(
+        d, family, link, n_classes=K, l2=l2, fit_intercept=fit_intercept, dtype=torch.float64
+    )
     x = torch.randn(n, d, generator=g)
     theta = 0.3 * torch.randn(flat_parameters(m).numel(), generator=g)
     if not cls.is_classifier:
@@ -93,7 +94,7 @@ def test_softmax_gradient_closed_form_of_seed_000():
     T = torch.nn.functional.one_hot(t, K).to(x.dtype)
     G = (Y - T).T @ x / n
     assert torch.allclose(g[: K * 3], G.reshape(-1), rtol=1e-12, atol=1e-15)
-    assert torch.allclose(g[K * 3:], (Y - T).sum(0) / n, rtol=1e-12, atol=1e-15)
+    assert torch.allclose(g[K * 3 :], (Y - T).sum(0) / n, rtol=1e-12, atol=1e-15)
 
 
 def test_expected_information_for_probit():
@@ -117,8 +118,9 @@ def test_expected_equals_observed_for_canonical_logit():
     assert torch.allclose(F, H, rtol=1e-12)
 
 
-@pytest.mark.parametrize("family,link", [("bernoulli", "probit"), ("categorical", "softmax"),
-                                         ("gamma", "log")])
+@pytest.mark.parametrize(
+    "family,link", [("bernoulli", "probit"), ("categorical", "softmax"), ("gamma", "log")]
+)
 def test_hessian_vector_product_without_forming_h(family, link):
     """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v."""
     from torchglm.solvers.derivatives import PassSums

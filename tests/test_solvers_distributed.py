@@ -26,17 +26,22 @@ def _data(softmax):
 
 
 def _model(softmax):
-    return SoftmaxRegression(3, 3, l2=1e-2, dtype=torch.float64) if softmax else \
-        LogisticRegression(3, l2=1e-2, dtype=torch.float64)
+    return (
+        SoftmaxRegression(3, 3, l2=1e-2, dtype=torch.float64)
+        if softmax
+        else LogisticRegression(3, l2=1e-2, dtype=torch.float64)
+    )
 
 
 def _fit(solver, softmax, x, y):
     m = _model(softmax)
     # gd: 20 steps, before its line search reaches E's rounding (where sums in another
     # order may flip an accept/reject decision).
-    r = run_passes(make_fitter(m, solver, max_iter=20 if solver == "gd" else 40, gtol=1e-12,
-                               tol=1e-20),
-                   TensorBatches(x, y, batch_size=16), 400)
+    r = run_passes(
+        make_fitter(m, solver, max_iter=20 if solver == "gd" else 40, gtol=1e-12, tol=1e-20),
+        TensorBatches(x, y, batch_size=16),
+        400,
+    )
     return flat_parameters(m), r.n_iter
 
 

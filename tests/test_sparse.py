@@ -35,8 +35,11 @@ def _sparse(x, layout):
 @pytest.mark.parametrize("k", [2, 3])
 def test_sparse_design_equals_dense(layout, solver, k):
     x, y = _counts(k=k)
-    make = (lambda: LogisticRegression(x.shape[1], l2=1e-2)) if k == 2 else \
-        (lambda: SoftmaxRegression(x.shape[1], k, l2=1e-2))
+    make = (
+        (lambda: LogisticRegression(x.shape[1], l2=1e-2))
+        if k == 2
+        else (lambda: SoftmaxRegression(x.shape[1], k, l2=1e-2))
+    )
     if solver == "irls" and k > 2:
         pytest.skip("IRLS is defined for single-output families")
     dense, sparse = make(), make()
@@ -67,8 +70,9 @@ def test_sparse_minibatch_sgd_equals_dense(layout):
     for model, xs in zip(models, (x, _sparse(x, layout))):
         opt = torch.optim.Adam(model.parameters(), lr=0.05)
         for _ in range(3):
-            for b in TensorBatches(xs, y, batch_size=32, shuffle=True,
-                                   generator=torch.Generator().manual_seed(1)):
+            for b in TensorBatches(
+                xs, y, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(1)
+            ):
                 opt.zero_grad()
                 model.objective(b.x, b.y).backward()
                 opt.step()
@@ -109,8 +113,9 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
             sl = slice(128 * i, 128 * i + b.x.shape[0])
             torch.testing.assert_close(rows @ W.T, dense[sl] @ W.T, rtol=1e-14, atol=1e-14)
             torch.testing.assert_close(_rt_x(r[sl], rows), r[sl].T @ dense[sl], rtol=1e-13, atol=1e-13)
-            torch.testing.assert_close(_rt_x(r[sl], rows, square=True), r[sl].T @ dense[sl] ** 2,
-                                       rtol=1e-13, atol=1e-13)
+            torch.testing.assert_close(
+                _rt_x(r[sl], rows, square=True), r[sl].T @ dense[sl] ** 2, rtol=1e-13, atol=1e-13
+            )
             built.append(id(rows.transposed()))
     if layout == "csr":  # CSR row slices are views: the same three transposes every pass
         assert len(cache) == 3 and len(set(built)) == 3
@@ -123,8 +128,10 @@ def test_sparse_fit_keeps_its_transposes_for_the_fit():
     g = torch.Generator().manual_seed(4)
     dense = torch.rand(2000, 60, generator=g, dtype=torch.float64)
     dense[dense < 0.9] = 0
-    y = (torch.rand(2000, generator=g) < torch.sigmoid(dense @ torch.randn(60, generator=g,
-                                                                             dtype=torch.float64))).long()
+    y = (
+        torch.rand(2000, generator=g)
+        < torch.sigmoid(dense @ torch.randn(60, generator=g, dtype=torch.float64))
+    ).long()
     calls = []
     orig = D.torch.argsort
 

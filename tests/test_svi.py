@@ -15,8 +15,16 @@ from scipy import special
 
 from torchglm import GeneralizedLinearModel, LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm._validation import InputError
-from torchglm.bayes import (GaussianPrior, SVIPosterior, laplace_posterior, predictive, probit_approximation,
-                            sample_posterior, svi_posterior, variational_posterior)
+from torchglm.bayes import (
+    GaussianPrior,
+    SVIPosterior,
+    laplace_posterior,
+    predictive,
+    probit_approximation,
+    sample_posterior,
+    svi_posterior,
+    variational_posterior,
+)
 from torchglm.data.batches import TensorBatches
 
 D64 = torch.float64
@@ -42,8 +50,11 @@ def _data(kind, n=200, seed=0):
 
 
 def _model(kind):
-    return {"logistic": lambda: LogisticRegression(2), "probit": lambda: ProbitRegression(2),
-            "softmax": lambda: SoftmaxRegression(2, 3)}[kind]().to(D64)
+    return {
+        "logistic": lambda: LogisticRegression(2),
+        "probit": lambda: ProbitRegression(2),
+        "softmax": lambda: SoftmaxRegression(2, 3),
+    }[kind]().to(D64)
 
 
 @functools.cache
@@ -121,16 +132,16 @@ def _numpy_log_joint(kind, theta, x, y, prior):
     X = x.numpy()
     if kind == "softmax":
         K = 3
-        W, b = theta[:, :2 * K].reshape(-1, K, 2), theta[:, 2 * K:]
+        W, b = theta[:, : 2 * K].reshape(-1, K, 2), theta[:, 2 * K :]
         eta = np.einsum("nd,skd->snk", X, W) + b[:, None, :]
         ll = (np.take_along_axis(eta, y.numpy()[None, :, None], 2)[..., 0] - special.logsumexp(eta, 2)).sum(1)
-        w = theta[:, :2 * K]
+        w = theta[:, : 2 * K]
     else:
         eta = theta[:, :2] @ X.T + theta[:, 2:3]
         s = 2 * y.numpy() - 1
         ll = (special.log_expit(s * eta) if kind == "logistic" else special.log_ndtr(s * eta)).sum(1)
         w = theta[:, :2]
-    lp = -0.5 * (w ** 2).sum(1) / prior.variance - 0.5 * w.shape[1] * math.log(2 * math.pi * prior.variance)
+    lp = -0.5 * (w**2).sum(1) / prior.variance - 0.5 * w.shape[1] * math.log(2 * math.pi * prior.variance)
     return ll + lp  # flat bias prior: density 1
 
 
@@ -231,7 +242,9 @@ def test_weights_and_offsets_enter_the_likelihood():
     lap = laplace_posterior(shifted, batches, PRIOR, fit=False)
     q = svi_posterior(shifted, batches, laplace=lap, **kw)
     ref = svi_posterior(model, (x, y), PRIOR, **kw)
-    torch.testing.assert_close(q.mean, ref.mean - torch.tensor([0.0, 0.0, c], dtype=D64), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(
+        q.mean, ref.mean - torch.tensor([0.0, 0.0, c], dtype=D64), rtol=1e-6, atol=1e-6
+    )
     torch.testing.assert_close(q.covariance, ref.covariance, rtol=1e-6, atol=1e-6)
     assert q.elbo == pytest.approx(ref.elbo, abs=1e-6)
 
@@ -242,17 +255,24 @@ def test_invalid_arguments():
     lap = laplace_posterior(_model("logistic"), (x, y), PRIOR)
     with pytest.raises(InputError, match="model: expected a GeneralizedLinearModel with a classification"):
         svi_posterior(GeneralizedLinearModel(2, "poisson"), (x, y))
-    for kw, match in [({"num_steps": 0}, "num_steps"), ({"num_particles": -1}, "num_particles"),
-                      ({"lr": 0.0}, "lr"), ({"final_lr": 0.5}, "final_lr: expected at most lr"),
-                      ({"average_last": 1.0}, "average_last"), ({"elbo_draws": 0}, "elbo_draws"),
-                      ({"seed": 1.5}, "seed"), ({"prior": 4.0}, "prior: expected a GaussianPrior"),
-                      ({"prior": GaussianPrior(2.0)}, "prior: expected the prior of laplace"),
-                      ({"laplace": "lap"}, "laplace: expected a LaplacePosterior")]:
+    for kw, match in [
+        ({"num_steps": 0}, "num_steps"),
+        ({"num_particles": -1}, "num_particles"),
+        ({"lr": 0.0}, "lr"),
+        ({"final_lr": 0.5}, "final_lr: expected at most lr"),
+        ({"average_last": 1.0}, "average_last"),
+        ({"elbo_draws": 0}, "elbo_draws"),
+        ({"seed": 1.5}, "seed"),
+        ({"prior": 4.0}, "prior: expected a GaussianPrior"),
+        ({"prior": GaussianPrior(2.0)}, "prior: expected the prior of laplace"),
+        ({"laplace": "lap"}, "laplace: expected a LaplacePosterior"),
+    ]:
         args = {"laplace": lap} | kw
         with pytest.raises(InputError, match=match):
             svi_posterior(model, (x, y), **args)
     with pytest.raises(InputError, match="laplace: expected a posterior over this model's 3"):
-        svi_posterior(model, (x, y), laplace=laplace_posterior(SoftmaxRegression(2, 3).to(D64),
-                                                               (x, y.long()), PRIOR))
+        svi_posterior(
+            model, (x, y), laplace=laplace_posterior(SoftmaxRegression(2, 3).to(D64), (x, y.long()), PRIOR)
+        )
     with pytest.raises(InputError, match="laplace: expected a LaplacePosterior to start from"):
         svi_posterior(model, TensorBatches(x, y, batch_size=10))

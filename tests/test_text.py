@@ -49,8 +49,9 @@ def test_min_count_and_max_size():
     top = Vocabulary.from_texts(TEXTS, max_size=3)
     assert top.tokens == sorted(t for t, _ in sorted(counts.items(), key=lambda tc: (-tc[1], tc[0]))[:3])
     # unknown tokens are dropped
-    np.testing.assert_array_equal(vocab.transform(["zebra cash"]).numpy()[0],
-                                  [1.0 if t == "cash" else 0.0 for t in vocab.tokens])
+    np.testing.assert_array_equal(
+        vocab.transform(["zebra cash"]).numpy()[0], [1.0 if t == "cash" else 0.0 for t in vocab.tokens]
+    )
 
 
 def test_vocabulary_errors():

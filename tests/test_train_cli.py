@@ -60,8 +60,14 @@ def _outputs(run_dir: Path) -> list[str]:
 def test_end_to_end_subprocess_and_predict(tmp_path):
     run_dir = tmp_path / "run"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), "--config", TINY, "--run_dir", str(run_dir)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), "--config", TINY, "--run_dir", str(run_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "accuracy" in proc.stdout and "run directory" in proc.stdout
     assert list(run_dir.glob("events.out.tfevents.*"))
@@ -69,7 +75,9 @@ def test_end_to_end_subprocess_and_predict(tmp_path):
     ckpt = run_dir / "model.ckpt"
     assert ckpt.is_file() and (run_dir / "config.yaml").is_file()
     assert sorted(p.relative_to(run_dir).as_posix() for p in run_dir.rglob("*.ckpt")) == [
-        "checkpoints/last.ckpt", "model.ckpt"]
+        "checkpoints/last.ckpt",
+        "model.ckpt",
+    ]
     assert not (run_dir / ".lock").exists()
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["checkpoint"] == str(ckpt) and metrics["fit"]["epochs"] == 3
@@ -103,9 +111,21 @@ def test_end_to_end_subprocess_and_predict(tmp_path):
 
 def test_overrides_config_callbacks_and_fit_result(tmp_path, capsys):
     run_dir = tmp_path / "run"
-    code = main(["--config", TINY, "--run_dir", str(run_dir), "--trainer.max_epochs", "2",
-                 "--trainer.callbacks+=test_train_cli.Recorder", "--trainer.callbacks.tag", "seen",
-                 "--data.batch_size", "50"])
+    code = main(
+        [
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run_dir),
+            "--trainer.max_epochs",
+            "2",
+            "--trainer.callbacks+=test_train_cli.Recorder",
+            "--trainer.callbacks.tag",
+            "seen",
+            "--data.batch_size",
+            "50",
+        ]
+    )
     assert code == 0
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["fit"]["epochs"] == 2
@@ -118,8 +138,23 @@ def test_overrides_config_callbacks_and_fit_result(tmp_path, capsys):
 def test_pass_based_solver_writes_checkpoint_and_predicts(tmp_path, solver):
     run_dir = tmp_path / "run"
     # the tiny training split is separable: a small L2 penalty makes the optimum finite
-    assert main(["--config", TINY, "--run_dir", str(run_dir), "--model.solver", solver,
-                 "--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "50"]) == 0
+    assert (
+        main(
+            [
+                "--config",
+                TINY,
+                "--run_dir",
+                str(run_dir),
+                "--model.solver",
+                solver,
+                "--model.model.init_args.l2",
+                "0.01",
+                "--trainer.max_epochs",
+                "50",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((run_dir / "metrics.json").read_text())
     assert metrics["fit"]["converged"] and metrics["fit"]["solver"] == solver
     ckpt = run_dir / "model.ckpt"
@@ -150,8 +185,17 @@ def test_help_all_and_print_config(capsys):
         main(["--help"])  # the full LightningCLI help (torchglm --help-all)
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--model.solver", "--model.optimizer", "--data.batch_size", "--data.source", "--run_dir",
-                   "--trainer.max_epochs", "--early_stopping.patience", "--checkpoint.monitor", "--print_config"):
+    for option in (
+        "--model.solver",
+        "--model.optimizer",
+        "--data.batch_size",
+        "--data.source",
+        "--run_dir",
+        "--trainer.max_epochs",
+        "--early_stopping.patience",
+        "--checkpoint.monitor",
+        "--print_config",
+    ):
         assert option in text
     with pytest.raises(SystemExit):
         main(["--config", TINY, "--print_config"])
@@ -160,7 +204,9 @@ def test_help_all_and_print_config(capsys):
 
 
 def _csv(path, x, y):
-    path.write_text("a,b,y\n" + "\n".join(f"{float(r[0])!r},{float(r[1])!r},{float(t)!r}" for r, t in zip(x, y)) + "\n")
+    path.write_text(
+        "a,b,y\n" + "\n".join(f"{float(r[0])!r},{float(r[1])!r},{float(t)!r}" for r, t in zip(x, y)) + "\n"
+    )
     return path
 
 
@@ -189,22 +235,25 @@ def files(tmp_path):
     return made
 
 
-@pytest.mark.parametrize("case, extra, message", [
-    ("nan", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (1 NaN, 0 inf)"),
-    ("inf", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (0 NaN, 1 inf)"),
-    ("outside", [], "expected labels in the declared classes {0, 1}, got label 2"),
-    ("single", [], "y (train split): expected at least two classes, got a single class 1"),
-    ("lengths", [], "X and the target with the same number of rows, got X=60, y=57"),
-    ("missing", [], "data file: expected an existing file"),
-    ("malformed", [], "column 'b': expected numeric values, got 'oops'"),
-    (None, ["--model.optimizer.init_args.lr", "-0.1"], "Invalid learning rate: -0.1"),
-    (None, ["--model.optimizer.init_args.lr", "0"], "optimizer lr: expected a positive number, got 0.0"),
-    (None, ["--data.batch_size", "0"], "batch_size: expected a positive number, got 0"),
-    (None, ["--data.batch_size", "-4"], "batch_size: expected a positive number, got -4"),
-    (None, ["--model.learning_rate", "0.1"], "learning_rate"),
-    ("config_key", [], "bogus_key"),
-    ("fit_error", [], "fitter: expected a finite Hessian, got NaN"),
-])
+@pytest.mark.parametrize(
+    "case, extra, message",
+    [
+        ("nan", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (1 NaN, 0 inf)"),
+        ("inf", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (0 NaN, 1 inf)"),
+        ("outside", [], "expected labels in the declared classes {0, 1}, got label 2"),
+        ("single", [], "y (train split): expected at least two classes, got a single class 1"),
+        ("lengths", [], "X and the target with the same number of rows, got X=60, y=57"),
+        ("missing", [], "data file: expected an existing file"),
+        ("malformed", [], "column 'b': expected numeric values, got 'oops'"),
+        (None, ["--model.optimizer.init_args.lr", "-0.1"], "Invalid learning rate: -0.1"),
+        (None, ["--model.optimizer.init_args.lr", "0"], "optimizer lr: expected a positive number, got 0.0"),
+        (None, ["--data.batch_size", "0"], "batch_size: expected a positive number, got 0"),
+        (None, ["--data.batch_size", "-4"], "batch_size: expected a positive number, got -4"),
+        (None, ["--model.learning_rate", "0.1"], "learning_rate"),
+        ("config_key", [], "bogus_key"),
+        ("fit_error", [], "fitter: expected a finite Hessian, got NaN"),
+    ],
+)
 def test_bad_input(tmp_path, files, capsys, case, extra, message):
     run_dir = tmp_path / "run"
     args = ["--config", TINY, "--run_dir", str(run_dir), *extra]
@@ -228,13 +277,36 @@ def test_bad_input(tmp_path, files, capsys, case, extra, message):
 def test_two_process_ddp_equals_one_process(tmp_path):
     """Each rank holds half of the rows; Newton's all-reduced sums give the
     single-process iterates."""
-    args = ["--config", str(ROOT / "configs" / "quickstart.yaml"), "--model.solver", "newton",
-            "--trainer.enable_progress_bar", "false"]
+    args = [
+        "--config",
+        str(ROOT / "configs" / "quickstart.yaml"),
+        "--model.solver",
+        "newton",
+        "--trainer.enable_progress_bar",
+        "false",
+    ]
     assert main([*args, "--run_dir", str(tmp_path / "one")]) == 0
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "train.py"), *args, "--run_dir", str(tmp_path / "two"),
-                           "--trainer.strategy", "ddp", "--trainer.devices", "2", "--trainer.accelerator", "cpu"],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            *args,
+            "--run_dir",
+            str(tmp_path / "two"),
+            "--trainer.strategy",
+            "ddp",
+            "--trainer.devices",
+            "2",
+            "--trainer.accelerator",
+            "cpu",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.count("run directory") == 1  # only rank 0 reports
     one, two = (json.loads((tmp_path / d / "metrics.json").read_text()) for d in ("one", "two"))
@@ -242,8 +314,9 @@ def test_two_process_ddp_equals_one_process(tmp_path):
     for split in ("train", "val", "test"):
         for k, v in one[split].items():
             assert two[split][k] == pytest.approx(v, rel=1e-6, abs=1e-7), (split, k)
-    w1, w2 = (torch.load(tmp_path / d / "model.ckpt", weights_only=True)["state_dict"]
-              for d in ("one", "two"))
+    w1, w2 = (
+        torch.load(tmp_path / d / "model.ckpt", weights_only=True)["state_dict"] for d in ("one", "two")
+    )
     torch.testing.assert_close(w1["model.linear.weight"], w2["model.linear.weight"], rtol=1e-9, atol=1e-10)
 
 
@@ -262,10 +335,28 @@ def test_last_ckpt_after_every_epoch(tmp_path, solver):
     # Adam with lr=2 makes the validation loss go up and down, so "only with a new best"
     # (Lightning 2.6's ModelCheckpoint save_last) would skip epochs.
     LastSeen.seen = []
-    extra = (["--model.optimizer.init_args.lr", "2.0"] if solver == "sgd"
-             else ["--model.solver", "newton", "--model.model.init_args.l2", "0.01"])
-    assert main(["--config", TINY, "--run_dir", str(tmp_path / "run"), "--trainer.max_epochs", "8",
-                 "--early_stopping.patience", "100", "--trainer.callbacks+=test_train_cli.LastSeen", *extra]) == 0
+    extra = (
+        ["--model.optimizer.init_args.lr", "2.0"]
+        if solver == "sgd"
+        else ["--model.solver", "newton", "--model.model.init_args.l2", "0.01"]
+    )
+    assert (
+        main(
+            [
+                "--config",
+                TINY,
+                "--run_dir",
+                str(tmp_path / "run"),
+                "--trainer.max_epochs",
+                "8",
+                "--early_stopping.patience",
+                "100",
+                "--trainer.callbacks+=test_train_cli.LastSeen",
+                *extra,
+            ]
+        )
+        == 0
+    )
     n = len(LastSeen.seen)
     assert n >= 3 and LastSeen.seen == [None, *range(n - 1)]
     # and once more at the end of the fit (then holding what other callbacks added)

@@ -18,8 +18,15 @@ pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 def _trainer(tmp_path=None, **kw):
-    kw = {"max_epochs": 10, "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-          "enable_model_summary": False, "num_sanity_val_steps": 0, **kw}
+    kw = {
+        "max_epochs": 10,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+        **kw,
+    }
     if tmp_path is not None:
         kw["default_root_dir"] = str(tmp_path)
     return pl.Trainer(**kw)
@@ -36,11 +43,25 @@ def _sklearn_reference(dm, l2):
     return accuracy_score(ys.numpy(), p > 0.5), log_loss(ys.numpy(), p), sk
 
 
-@pytest.mark.parametrize("optimizer, batch_size, epochs, tight", [
-    (partial(torch.optim.LBFGS, lr=1.0, max_iter=100, line_search_fn="strong_wolfe", tolerance_grad=1e-10,
-             tolerance_change=1e-14), None, 3, True),
-    (partial(torch.optim.Adam, lr=0.02), 32, 60, False),
-])
+@pytest.mark.parametrize(
+    "optimizer, batch_size, epochs, tight",
+    [
+        (
+            partial(
+                torch.optim.LBFGS,
+                lr=1.0,
+                max_iter=100,
+                line_search_fn="strong_wolfe",
+                tolerance_grad=1e-10,
+                tolerance_change=1e-14,
+            ),
+            None,
+            3,
+            True,
+        ),
+        (partial(torch.optim.Adam, lr=0.02), 32, 60, False),
+    ],
+)
 def test_breast_cancer_matches_sklearn(optimizer, batch_size, epochs, tight):
     l2 = 1e-2
     dm = GLMDataModule("breast_cancer", batch_size=batch_size, split_seed=0, shuffle_seed=0)
@@ -116,7 +137,9 @@ def test_fitter_path_equals_plain_passes():
     result = run_passes(_GradientDescent(ref, lr=1.0, max_iter=25), dm.train_batches(shuffle=False), 100)
     torch.testing.assert_close(task.model.linear.weight, ref.linear.weight, rtol=1e-12, atol=1e-14)
     assert cb.result is task.fit_result and cb.result.n_iter == 25
-    assert [h["loss"] for h in cb.result.history] == pytest.approx([h["loss"] for h in result.history], rel=1e-12)
+    assert [h["loss"] for h in cb.result.history] == pytest.approx(
+        [h["loss"] for h in result.history], rel=1e-12
+    )
     assert cb.n_train_rows == dm.summary()["n_train"]
     assert task.model.is_fitted
     # validation ran on the stepped parameters: its loss equals an independent evaluation
@@ -170,8 +193,11 @@ def test_metrics_match_sklearn(multiclass):
     conf = proba.max(1) if multiclass else p
     hit = (proba.argmax(1) == y.numpy()) if multiclass else y.numpy()
     bins = np.clip(np.ceil(conf * 10) - 1, 0, 9)
-    ece = sum(np.mean(bins == b) * abs(hit[bins == b].mean() - conf[bins == b].mean())
-              for b in range(10) if np.any(bins == b))
+    ece = sum(
+        np.mean(bins == b) * abs(hit[bins == b].mean() - conf[bins == b].mean())
+        for b in range(10)
+        if np.any(bins == b)
+    )
     assert out["ece"] == pytest.approx(ece, abs=1e-6)
 
 
@@ -200,8 +226,11 @@ def test_basis_is_fitted_used_and_saved(tmp_path):
 
     dm = GLMDataModule("xor", batch_size=None, dataset_options={"n_samples": 400})
     basis = GaussianRBF(n_centers=8, seed=0)
-    task = GLMTask(partial(LogisticRegression, l2=1e-4), optimizer=partial(
-        torch.optim.LBFGS, lr=1.0, max_iter=50, line_search_fn="strong_wolfe"), basis=basis)
+    task = GLMTask(
+        partial(LogisticRegression, l2=1e-4),
+        optimizer=partial(torch.optim.LBFGS, lr=1.0, max_iter=50, line_search_fn="strong_wolfe"),
+        basis=basis,
+    )
     trainer = _trainer(tmp_path, max_epochs=3)
     trainer.fit(task, datamodule=dm)
     assert task.model.n_features == basis.out_features(2)
@@ -209,17 +238,25 @@ def test_basis_is_fitted_used_and_saved(tmp_path):
     assert acc > 0.9  # a linear model on raw XOR features is at chance (tests/test_data.py)
     path = tmp_path / "b.ckpt"
     trainer.save_checkpoint(path)
-    loaded = GLMTask.load_from_checkpoint(path, model=partial(LogisticRegression, l2=1e-4),
-                                          basis=GaussianRBF(n_centers=8, seed=0))
+    loaded = GLMTask.load_from_checkpoint(
+        path, model=partial(LogisticRegression, l2=1e-4), basis=GaussianRBF(n_centers=8, seed=0)
+    )
     x = torch.randn(20, 2)
     torch.testing.assert_close(loaded.predict_proba(x), task.predict_proba(x), rtol=1e-12, atol=1e-14)
 
 
-@pytest.mark.parametrize("source, model, message", [
-    ("iris", LogisticRegression, "n_classes: expected 3 \\(declared for the data\\), got 2"),
-    ("diabetes", LogisticRegression, "task: expected 'classification' for a classifier, got 'regression' data"),
-    ("breast_cancer", partial(SoftmaxRegression, n_classes=2), None),
-])
+@pytest.mark.parametrize(
+    "source, model, message",
+    [
+        ("iris", LogisticRegression, "n_classes: expected 3 \\(declared for the data\\), got 2"),
+        (
+            "diabetes",
+            LogisticRegression,
+            "task: expected 'classification' for a classifier, got 'regression' data",
+        ),
+        ("breast_cancer", partial(SoftmaxRegression, n_classes=2), None),
+    ],
+)
 def test_model_data_mismatch(source, model, message):
     task = GLMTask(model)
     dm = GLMDataModule(source)
@@ -231,11 +268,20 @@ def test_model_data_mismatch(source, model, message):
             task.build(dm)
 
 
-@pytest.mark.parametrize("optimizer, message", [
-    (partial(torch.optim.SGD, lr=-0.1), "optimizer: expected valid optimizer arguments, got Invalid learning rate"),
-    (partial(torch.optim.SGD, lr=0.0), "optimizer lr: expected a positive number, got 0.0"),
-    (partial(torch.optim.Adam, lr=0.1, betas=(2.0, 0.9)), "optimizer: expected valid optimizer arguments"),
-])
+@pytest.mark.parametrize(
+    "optimizer, message",
+    [
+        (
+            partial(torch.optim.SGD, lr=-0.1),
+            "optimizer: expected valid optimizer arguments, got Invalid learning rate",
+        ),
+        (partial(torch.optim.SGD, lr=0.0), "optimizer lr: expected a positive number, got 0.0"),
+        (
+            partial(torch.optim.Adam, lr=0.1, betas=(2.0, 0.9)),
+            "optimizer: expected valid optimizer arguments",
+        ),
+    ],
+)
 def test_bad_optimizer_arguments(optimizer, message):
     with pytest.raises(InputError, match=message):
         GLMTask(LogisticRegression, optimizer=optimizer).build(GLMDataModule("breast_cancer"))
@@ -243,12 +289,15 @@ def test_bad_optimizer_arguments(optimizer, message):
 
 def test_lr_scheduler_steps():
     dm = GLMDataModule("breast_cancer", batch_size=64)
-    task = GLMTask(LogisticRegression, optimizer=partial(torch.optim.SGD, lr=0.5),
-                   lr_scheduler=partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5),
-                   train_metrics=False)
+    task = GLMTask(
+        LogisticRegression,
+        optimizer=partial(torch.optim.SGD, lr=0.5),
+        lr_scheduler=partial(torch.optim.lr_scheduler.StepLR, step_size=1, gamma=0.5),
+        train_metrics=False,
+    )
     trainer = _trainer(max_epochs=3)
     trainer.fit(task, datamodule=dm)
-    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.5 * 0.5 ** 3)
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.5 * 0.5**3)
     assert task.fit_result.n_iter == 3 and len(task.fit_result.history) == 3
 
 
@@ -276,8 +325,9 @@ def test_every_solver_under_the_trainer_equals_solvers_fit(solver):
 
     dm = GLMDataModule("breast_cancer", batch_size=100)
     options = {"max_iter": 15}
-    task = GLMTask(partial(LogisticRegression, l2=1e-2), solver=solver, solver_options=options,
-                   train_metrics=False)
+    task = GLMTask(
+        partial(LogisticRegression, l2=1e-2), solver=solver, solver_options=options, train_metrics=False
+    )
     trainer = _trainer(max_epochs=50 * 15 + 10, limit_val_batches=0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a capped solver warns ConvergenceWarning in both paths
@@ -296,4 +346,5 @@ def test_unknown_solver_and_options_fail_at_build():
         GLMTask(LogisticRegression, solver="bogus").build(GLMDataModule("breast_cancer"))
     with pytest.raises(InputError, match="solver_options: expected options of the 'newton' solver"):
         GLMTask(LogisticRegression, solver="newton", solver_options={"bogus": 1}).build(
-            GLMDataModule("breast_cancer"))
+            GLMDataModule("breast_cancer")
+        )

@@ -34,11 +34,7 @@ def _data(n=60, d=3, seed=0):
 
 def _fitted(cls=LogisticRegression, dtype=torch.float64):
     x, y = _data()
-    m = (
-        cls(3, l2=1e-2, dtype=dtype)
-        if cls is not SoftmaxRegression
-        else cls(3, 2, l2=1e-2, dtype=dtype)
-    )
+    m = cls(3, l2=1e-2, dtype=dtype) if cls is not SoftmaxRegression else cls(3, 2, l2=1e-2, dtype=dtype)
     m.fit(x.to(dtype), y)
     return m
 
@@ -107,18 +103,14 @@ def test_predict_casts_to_the_models_dtype_and_returns_detached_tensors():
     expected = torch.sigmoid(m32(x.float(), off.float())).detach()
     torch.testing.assert_close(p, expected, rtol=0, atol=0)
     assert torch.equal(m32.predict(x, off), (expected > 0.5).long())
-    assert m32(
-        x.float()
-    ).requires_grad  # forward stays the raw, differentiable hot path
+    assert m32(x.float()).requires_grad  # forward stays the raw, differentiable hot path
 
 
 def test_a_loaded_state_dict_predicts():
     m = _fitted()
     clone = LogisticRegression(3, dtype=torch.float64)
     clone.load_state_dict(m.state_dict())
-    torch.testing.assert_close(
-        clone.predict_proba(torch.ones(2, 3)), m.predict_proba(torch.ones(2, 3))
-    )
+    torch.testing.assert_close(clone.predict_proba(torch.ones(2, 3)), m.predict_proba(torch.ones(2, 3)))
 
 
 # -- 6. bad input at the boundary -------------------------------------------------------
@@ -128,9 +120,7 @@ def test_all_zero_weights_are_rejected():
         lambda m: m.fit(x, y, weight=torch.zeros(60)),
         lambda m: m.loss(x, y, torch.zeros(60)),
     ):
-        with pytest.raises(
-            InputError, match="weight: expected a positive total weight"
-        ):
+        with pytest.raises(InputError, match="weight: expected a positive total weight"):
             call(LogisticRegression(3))
 
 
@@ -140,9 +130,7 @@ def test_non_finite_offsets_are_rejected(bad):
     off = torch.zeros(60)
     off[7] = bad
     for call in (lambda m: m.fit(x, y, offset=off), lambda m: m.loss(x, y, offset=off)):
-        with pytest.raises(
-            InputError, match=r"offset: expected finite values .* first at index \(7,\)"
-        ):
+        with pytest.raises(InputError, match=r"offset: expected finite values .* first at index \(7,\)"):
             call(LogisticRegression(3))
 
 
@@ -172,9 +160,7 @@ def test_features_whose_squares_overflow_are_rejected(dtype):
     one = x.clone()
     one[3, 1] = 1e308 if dtype == torch.float64 else 1e38
     for bad in (one, x * (1e307 if dtype == torch.float64 else 1e37)):
-        with pytest.raises(
-            InputError, match=r"X: expected \|values\| <= sqrt\(finfo.*rescale the data"
-        ):
+        with pytest.raises(InputError, match=r"X: expected \|values\| <= sqrt\(finfo.*rescale the data"):
             LogisticRegression(3, dtype=dtype).fit(bad, y)
     ok = x / x.abs().max() * 0.5 * bound  # just inside the bound: accepted
     LogisticRegression(3, dtype=dtype).check_data(ok, y)
@@ -184,9 +170,7 @@ def test_regression_targets_whose_squares_overflow_are_rejected():
     x, _ = _data()
     y = torch.randn(60, generator=torch.Generator().manual_seed(1))
     y[0] = 1e200
-    with pytest.raises(
-        InputError, match=r"y: expected \|values\| <= .* got max \|y\| = 1e\+200"
-    ):
+    with pytest.raises(InputError, match=r"y: expected \|values\| <= .* got max \|y\| = 1e\+200"):
         GeneralizedLinearModel(3, "gaussian").fit(x, y)
 
 
@@ -326,10 +310,7 @@ def _nll_mp(family, link, y, e):
     if family == "gaussian":
         return (y - _MU[link](e)) ** 2 / 2 + mp.log(2 * mp.pi) / 2
     if family in ("bernoulli", "binomial"):  # 0 log 0 = 0
-        return -(
-            (y * _LOG_MU[link](e) if y > 0 else 0)
-            + ((1 - y) * _LOG_1M_MU[link](e) if y < 1 else 0)
-        )
+        return -((y * _LOG_MU[link](e) if y > 0 else 0) + ((1 - y) * _LOG_1M_MU[link](e) if y < 1 else 0))
     if family == "poisson":
         return _MU[link](e) - y * _LOG_MU[link](e) + mp.loggamma(y + 1)
     if family in ("gamma", "exponential"):
@@ -399,35 +380,23 @@ def test_nll_and_eta_derivatives_at_extreme_eta_match_mpmath(family, link, dtype
 def test_probit_mills_ratio_at_minus_1e4(dtype):
     """The defect: float32 d1 was -64,930 (true -10,000.0001) and d2 3.6e9 (true 1 - 1e-8)."""
     fam = get_family("bernoulli", "probit")
-    _, d1, d2 = eta_derivatives(
-        fam, torch.tensor([-1e4, 1e4], dtype=dtype), torch.tensor([1, 0])
-    )
+    _, d1, d2 = eta_derivatives(fam, torch.tensor([-1e4, 1e4], dtype=dtype), torch.tensor([1, 0]))
     rtol = 1e-6 if dtype == torch.float32 else 1e-14
-    torch.testing.assert_close(
-        d1, torch.tensor([-1e4 - 1e-4, 1e4 + 1e-4], dtype=dtype), rtol=rtol, atol=0
-    )
-    torch.testing.assert_close(
-        d2, torch.tensor([1 - 1e-8, 1 - 1e-8], dtype=dtype), rtol=rtol, atol=0
-    )
+    torch.testing.assert_close(d1, torch.tensor([-1e4 - 1e-4, 1e4 + 1e-4], dtype=dtype), rtol=rtol, atol=0)
+    torch.testing.assert_close(d2, torch.tensor([1 - 1e-8, 1 - 1e-8], dtype=dtype), rtol=rtol, atol=0)
 
 
-@pytest.mark.filterwarnings(
-    "ignore:There is a performance drop"
-)  # vmap's fallback for log_ndtr
+@pytest.mark.filterwarnings("ignore:There is a performance drop")  # vmap's fallback for log_ndtr
 def test_probit_derivatives_work_under_plain_autograd_and_vmap():
     link = LINKS["probit"]()
     eta = torch.tensor([-1e4, -30.0, -1.0, 0.0, 2.0], requires_grad=True)
     (d1,) = torch.autograd.grad(link.log_inverse(eta).sum(), eta, create_graph=True)
     (d2,) = torch.autograd.grad(d1.sum(), eta)
     e = eta.detach()
-    r = torch.exp(
-        torch.distributions.Normal(0.0, 1.0).log_prob(e) - torch.special.log_ndtr(e)
-    )
+    r = torch.exp(torch.distributions.Normal(0.0, 1.0).log_prob(e) - torch.special.log_ndtr(e))
     torch.testing.assert_close(d1[1:], r[1:], rtol=1e-12, atol=0)
     torch.testing.assert_close(d2[1:], -r[1:] * (e[1:] + r[1:]), rtol=1e-9, atol=0)
-    batched = torch.vmap(torch.func.grad(lambda t: link.log_inverse(t).sum()))(
-        e[:, None]
-    )
+    batched = torch.vmap(torch.func.grad(lambda t: link.log_inverse(t).sum()))(e[:, None])
     torch.testing.assert_close(batched[:, 0], d1.detach())
 
 

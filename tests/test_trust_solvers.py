@@ -25,16 +25,26 @@ FIRST_ORDER_MAX_ITER = {"gd": 3000, "coordinate": 6000}
 
 #: NIST StRD Longley, certified values (https://www.itl.nist.gov/div898/strd/lls/data/Longley.shtml),
 #: intercept first.
-LONGLEY_CERTIFIED = np.array([-3482258.63459582, 15.0618722713733, -0.358191792925910e-01,
-                              -2.02022980381683, -1.03322686717359, -0.511041056535807e-01,
-                              1829.15146461355])
+LONGLEY_CERTIFIED = np.array(
+    [
+        -3482258.63459582,
+        15.0618722713733,
+        -0.358191792925910e-01,
+        -2.02022980381683,
+        -1.03322686717359,
+        -0.511041056535807e-01,
+        1829.15146461355,
+    ]
+)
 LONGLEY_RSS = 836424.055505915
 
 
 def longley():
     d = sm.datasets.longley.load_pandas()
-    return (torch.tensor(d.exog.values, dtype=torch.float64),
-            torch.tensor(d.endog.values, dtype=torch.float64))
+    return (
+        torch.tensor(d.exog.values, dtype=torch.float64),
+        torch.tensor(d.endog.values, dtype=torch.float64),
+    )
 
 
 def _fit(model, x, y, solver, **kw):
@@ -80,8 +90,10 @@ def test_badly_scaled_logistic_is_not_declared_singular(solver):
     g = torch.Generator().manual_seed(0)
     n = 2000
     z = torch.randn(n, 3, generator=g, dtype=torch.float64)
-    y = (torch.rand(n, generator=g, dtype=torch.float64)
-         < torch.sigmoid(z @ torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))).long()
+    y = (
+        torch.rand(n, generator=g, dtype=torch.float64)
+        < torch.sigmoid(z @ torch.tensor([1.0, -1.0, 0.5], dtype=torch.float64))
+    ).long()
     ref = LogisticRegression(3, dtype=torch.float64)
     fit(ref, z, y, solver="newton")
     s = torch.tensor([1.0, 1e4, 1e-4], dtype=torch.float64)
@@ -340,6 +352,7 @@ def test_the_start_pass_reads_only_targets_and_weights(monkeypatch):
     # the start it takes is b = logit(weighted mean of y)
     s = PassSums(m, torch.zeros(5, dtype=torch.float64), None, targets_only=True)
     from torchglm.data.batches import TensorBatches
+
     for b in TensorBatches(x, y.double(), w, None, 300):
         s.add(b)
     s.finish()
@@ -368,7 +381,7 @@ def test_first_order_stop_prediction_uses_the_larger_ratio():
 
     m = LogisticRegression(600, l2=1e-4, dtype=torch.float64)
     f = LBFGSFitter(m, tol=1e-8)
-    hist = lambda *decs: [{"newton_decrement": d ** 0.5, "loss": 0.45} for d in decs]  # noqa: E731
+    hist = lambda *decs: [{"newton_decrement": d**0.5, "loss": 0.45} for d in decs]  # noqa: E731
     f.result.history = hist(3.5e-4, 1.7e-6)  # one ratio 5e-3: predicted 8.5e-9
     assert f._first_order_stop_predicted()
     f.result.history = hist(1.3e-3, 3.5e-4, 1.7e-6)  # ratios 0.27, 5e-3: predicted 4.6e-7

@@ -13,8 +13,17 @@ from scipy import integrate, optimize, special
 
 from torchglm import LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm._validation import ConvergenceWarning, InputError
-from torchglm.bayes import (GaussianPrior, VariationalPosterior, jj_lambda, laplace_posterior, local_xi,
-                            predictive, probit_approximation, variational_curve, variational_posterior)
+from torchglm.bayes import (
+    GaussianPrior,
+    VariationalPosterior,
+    jj_lambda,
+    laplace_posterior,
+    local_xi,
+    predictive,
+    probit_approximation,
+    variational_curve,
+    variational_posterior,
+)
 from torchglm.data.batches import TensorBatches
 
 D64 = torch.float64
@@ -30,7 +39,7 @@ def _data(n=200, d=2, seed=0, w=(1.5, -1.0), b=0.3):
 
 def test_jj_lambda_is_the_closed_form():
     xi = torch.tensor([1e-6, 1e-3, 0.1, 1.0, 5.0, 40.0], dtype=D64)
-    ref = (torch.sigmoid(xi) - 0.5) / (2 * xi)                # PRML 10.150
+    ref = (torch.sigmoid(xi) - 0.5) / (2 * xi)  # PRML 10.150
     torch.testing.assert_close(jj_lambda(xi), ref, rtol=1e-9, atol=0)
     assert float(jj_lambda(torch.zeros(1, dtype=D64))) == 0.125
     # continuous across the series switch at 1e-4
@@ -51,17 +60,18 @@ def test_xi_update_equals_the_closed_form_and_maximizes_the_bound():
     xi = local_xi(m, S, xt, o).numpy()
     X, Mn, Sn, On = xt.numpy(), m.numpy(), S.numpy(), o.numpy()
     e_a = X @ Mn + On
-    e_a2 = np.einsum("ni,ij,nj->n", X, Sn + np.outer(Mn, Mn), X) + 2 * On * (X @ Mn) + On ** 2
+    e_a2 = np.einsum("ni,ij,nj->n", X, Sn + np.outer(Mn, Mn), X) + 2 * On * (X @ Mn) + On**2
     np.testing.assert_allclose(xi, np.sqrt(e_a2), rtol=1e-12)
 
     def lam(z):
         return np.tanh(z / 2) / (4 * z)
 
     for i in range(12):
+
         def neg(z, i=i):
             return -(-np.logaddexp(0, -z) + 0.3 * e_a[i] - z / 2 - lam(z) * (e_a2[i] - z * z))
-        best = optimize.minimize_scalar(neg, bounds=(1e-6, 50.0), method="bounded",
-                                        options={"xatol": 1e-10})
+
+        best = optimize.minimize_scalar(neg, bounds=(1e-6, 50.0), method="bounded", options={"xatol": 1e-10})
         assert best.x == pytest.approx(xi[i], rel=1e-6)
 
 
@@ -71,8 +81,9 @@ def test_converged_q_solves_the_closed_form_updates(with_offset):
     g = torch.Generator().manual_seed(3)
     w = torch.rand(150, generator=g, dtype=D64) + 0.5
     o = 0.4 * torch.randn(150, generator=g, dtype=D64) if with_offset else None
-    q = variational_posterior(LogisticRegression(2), TensorBatches(x, y, w, o, batch_size=40),
-                              GaussianPrior(2.0, bias_variance=5.0))
+    q = variational_posterior(
+        LogisticRegression(2), TensorBatches(x, y, w, o, batch_size=40), GaussianPrior(2.0, bias_variance=5.0)
+    )
     assert q.result.converged
     # the converged q solves the updates of the module docstring, checked densely in NumPy
     X, s = np.hstack([x.numpy(), np.ones((150, 1))]), w.numpy()
@@ -107,12 +118,17 @@ def test_batches_and_integer_weights_change_nothing():
 @pytest.mark.parametrize("optimize_prior", [False, True])
 def test_bound_never_decreases(seed, optimize_prior):
     x, y = _data(120, d=2, seed=seed, w=(3.0, -2.0), b=1.0)
-    q = variational_posterior(LogisticRegression(2), TensorBatches(x, y, batch_size=50),
-                              GaussianPrior(10.0), optimize_prior=optimize_prior, tol=1e-11)
+    q = variational_posterior(
+        LogisticRegression(2),
+        TensorBatches(x, y, batch_size=50),
+        GaussianPrior(10.0),
+        optimize_prior=optimize_prior,
+        tol=1e-11,
+    )
     elbo = np.array([h["elbo"] for h in q.result.history])
     assert len(elbo) > 5
     assert np.all(np.diff(elbo) >= -1e-10 * np.abs(elbo[1:]))
-    assert elbo[-1] - elbo[0] > 1.0                      # it did climb
+    assert elbo[-1] - elbo[0] > 1.0  # it did climb
 
 
 def _exact_log_evidence_1d(x, y, lam):
@@ -121,12 +137,23 @@ def _exact_log_evidence_1d(x, y, lam):
     X, t = x.numpy()[:, 0], y.numpy()
 
     def log_f(w):
-        return -0.5 * w * w / lam - 0.5 * math.log(2 * math.pi * lam) - np.logaddexp(0, -(2 * t - 1) * w * X).sum()
+        return (
+            -0.5 * w * w / lam
+            - 0.5 * math.log(2 * math.pi * lam)
+            - np.logaddexp(0, -(2 * t - 1) * w * X).sum()
+        )
 
     mode = optimize.minimize_scalar(lambda w: -log_f(w)).x
     peak = log_f(mode)
-    val, err = integrate.quad(lambda w: math.exp(log_f(w) - peak), mode - 20, mode + 20, epsabs=0,
-                              epsrel=1e-12, limit=200, points=[mode])
+    val, err = integrate.quad(
+        lambda w: math.exp(log_f(w) - peak),
+        mode - 20,
+        mode + 20,
+        epsabs=0,
+        epsrel=1e-12,
+        limit=200,
+        points=[mode],
+    )
     return peak + math.log(val)
 
 
@@ -140,8 +167,13 @@ def _exact_log_evidence_2d(x, y, lam, bias_var):
     gb = np.linspace(mu[1] - 12 * sd[1], mu[1] + 12 * sd[1], 1201)
     W, B = np.meshgrid(gw, gb, indexing="ij")
     a = W[..., None] * X + B[..., None]
-    log_f = (-np.logaddexp(0, -(2 * t - 1) * a).sum(-1) - 0.5 * W ** 2 / lam - 0.5 * B ** 2 / bias_var
-             - 0.5 * math.log(2 * math.pi * lam) - 0.5 * math.log(2 * math.pi * bias_var))
+    log_f = (
+        -np.logaddexp(0, -(2 * t - 1) * a).sum(-1)
+        - 0.5 * W**2 / lam
+        - 0.5 * B**2 / bias_var
+        - 0.5 * math.log(2 * math.pi * lam)
+        - 0.5 * math.log(2 * math.pi * bias_var)
+    )
     peak = log_f.max()
     inner = integrate.trapezoid(np.exp(log_f - peak), gb, axis=1)
     return peak + math.log(integrate.trapezoid(inner, gw))
@@ -154,7 +186,7 @@ def test_bound_is_below_the_exact_log_evidence_1d(lam):
     q = variational_posterior(model, (x, y), GaussianPrior(lam))
     exact = _exact_log_evidence_1d(x, y, lam)
     assert q.elbo <= exact
-    assert exact - q.elbo < 1.0                        # a useful bound, not just any bound
+    assert exact - q.elbo < 1.0  # a useful bound, not just any bound
 
 
 @pytest.mark.parametrize("lam", [0.5, 5.0])
@@ -188,11 +220,11 @@ def test_mean_and_covariance_against_an_importance_sampling_posterior():
     th = lap.mean.numpy() + z @ L.T
     X = np.hstack([x.numpy(), np.ones((100, 1))])
     t = y.numpy()
-    log_target = (-np.logaddexp(0, -(2 * t - 1) * (th @ X.T)).sum(1) - 0.5 * (th ** 2).sum(1) / 2.0)
-    log_prop = -0.5 * (nu + 3) * np.log1p((z ** 2).sum(1) / nu)
+    log_target = -np.logaddexp(0, -(2 * t - 1) * (th @ X.T)).sum(1) - 0.5 * (th**2).sum(1) / 2.0
+    log_prop = -0.5 * (nu + 3) * np.log1p((z**2).sum(1) / nu)
     lw = log_target - log_prop
     w = np.exp(lw - special.logsumexp(lw))
-    assert 1 / (w ** 2).sum() > 0.5 * n_draws            # the proposal fits: ESS > 50%
+    assert 1 / (w**2).sum() > 0.5 * n_draws  # the proposal fits: ESS > 50%
     mean = w @ th
     cov = (th - mean).T @ (w[:, None] * (th - mean))
     sd = np.sqrt(np.diag(cov))
@@ -231,7 +263,7 @@ def test_predictive_uses_the_probit_approximation():
     assert pred.method == "probit"
     torch.testing.assert_close(pred.proba, probit_approximation(mu_a, var_a))
     mc = predictive(model, q, xs, method="mc", n_samples=200_000, generator=torch.Generator().manual_seed(1))
-    torch.testing.assert_close(mc.proba, pred.proba, atol=0.02, rtol=0)   # probit approx error ~1e-2
+    torch.testing.assert_close(mc.proba, pred.proba, atol=0.02, rtol=0)  # probit approx error ~1e-2
     assert isinstance(q, VariationalPosterior) and q.sample(3).shape == (3, 3)
     back = VariationalPosterior.from_state_dict(q.state_dict())
     torch.testing.assert_close(predictive(model, back, xs).proba, pred.proba, rtol=0, atol=0)
@@ -253,7 +285,7 @@ def test_bad_inputs_and_non_convergence():
     assert not q.result.converged and q.result.n_iter == 2
     assert any(issubclass(r.category, ConvergenceWarning) for r in rec)
     with pytest.raises(InputError):
-        variational_posterior(LogisticRegression(2), (x, y + 2))     # labels outside {0, 1}
+        variational_posterior(LogisticRegression(2), (x, y + 2))  # labels outside {0, 1}
 
 
 def test_train_py_reports_map_laplace_variational_mcmc_side_by_side(tmp_path):
@@ -266,11 +298,28 @@ def test_train_py_reports_map_laplace_variational_mcmc_side_by_side(tmp_path):
 
     config = str(Path(__file__).resolve().parents[1] / "configs" / "bayes_logistic.yaml")
     run = tmp_path / "run"
-    args = ["--config", config, "--run_dir", str(run), "--data.source", "gaussians2",
-            "--data.dataset_options", '{"n_samples": 200}', "--model.model.l2", "0.02",
-            "--trainer.callbacks.num_chains", "2", "--trainer.callbacks.num_samples", "100",
-            "--trainer.callbacks.warmup_steps", "50", "--trainer.callbacks.lambdas", "[]",
-            "--trainer.callbacks.variational", "true"]
+    args = [
+        "--config",
+        config,
+        "--run_dir",
+        str(run),
+        "--data.source",
+        "gaussians2",
+        "--data.dataset_options",
+        '{"n_samples": 200}',
+        "--model.model.l2",
+        "0.02",
+        "--trainer.callbacks.num_chains",
+        "2",
+        "--trainer.callbacks.num_samples",
+        "100",
+        "--trainer.callbacks.warmup_steps",
+        "50",
+        "--trainer.callbacks.lambdas",
+        "[]",
+        "--trainer.callbacks.variational",
+        "true",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert main(args) == 0
@@ -280,6 +329,6 @@ def test_train_py_reports_map_laplace_variational_mcmc_side_by_side(tmp_path):
     assert report["variational"]["converged"]
     assert report["variational"]["elbo"] <= report["laplace"]["log_evidence"] + 5.0
     rows = report["test"]
-    assert abs(rows["Variational"]["nll"] - rows["Laplace"]["nll"]) < 0.05   # same prior, close predictives
+    assert abs(rows["Variational"]["nll"] - rows["Laplace"]["nll"]) < 0.05  # same prior, close predictives
     state = torch.load(run / "posterior.pt", weights_only=False)
     assert state["variational"]["mean"].shape == (3,)

@@ -23,14 +23,17 @@ def _caught(call, category):
 def test_solver_warnings_point_at_the_caller():
     x = torch.tensor([[-2.0], [-1.0], [1.0], [2.0]], dtype=torch.float64)
     y = torch.tensor([0, 0, 1, 1])
-    for w in _caught(lambda: fit(LogisticRegression(1, dtype=torch.float64), x, y, solver="newton"),
-                     SeparationWarning):
+    for w in _caught(
+        lambda: fit(LogisticRegression(1, dtype=torch.float64), x, y, solver="newton"), SeparationWarning
+    ):
         assert w.filename == HERE, w.filename
     g = torch.Generator().manual_seed(0)
     xs = torch.randn(200, 3, generator=g, dtype=torch.float64)
     ys = (torch.rand(200, generator=g, dtype=torch.float64) < torch.sigmoid(xs[:, 0])).long()
-    for w in _caught(lambda: fit(LogisticRegression(3, dtype=torch.float64), xs, ys, solver="gd", max_iter=2),
-                     ConvergenceWarning):
+    for w in _caught(
+        lambda: fit(LogisticRegression(3, dtype=torch.float64), xs, ys, solver="gd", max_iter=2),
+        ConvergenceWarning,
+    ):
         assert w.filename == HERE, w.filename
     # the model's own fit method: still the caller's line
     m = LogisticRegression(3, dtype=torch.float64)

@@ -108,7 +108,7 @@ def test_predict_adds_the_offset_column(tmp_path, capsys):
     ref = sm.GLM(y_tr, sm.add_constant(x_tr), family=sm.families.Poisson(), offset=o_tr).fit()
     df = pd.read_csv(path)
     new = df.sample(frac=1.0, random_state=1).iloc[:60]
-    new = new[["log_exposure", "y", "b", "a"]]       # other order, target kept
+    new = new[["log_exposure", "y", "b", "a"]]  # other order, target kept
     z = (new[["a", "b"]].to_numpy() - dm.feature_mean.numpy()) / dm.feature_scale.numpy()
     want = ref.predict(sm.add_constant(z, has_constant="add"), offset=new["log_exposure"].to_numpy())
     inp, out = tmp_path / "new.csv", tmp_path / "pred.csv"
@@ -125,12 +125,24 @@ def test_predict_adds_the_offset_column(tmp_path, capsys):
     capsys.readouterr()
 
     def refused(frame_or_path, message):
-        code = main(["predict", "--run_dir", str(run_dir), "--input", str(frame_or_path),
-                     "--output", str(tmp_path / "never.csv")])
+        code = main(
+            [
+                "predict",
+                "--run_dir",
+                str(run_dir),
+                "--input",
+                str(frame_or_path),
+                "--output",
+                str(tmp_path / "never.csv"),
+            ]
+        )
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 2
-        assert len(err) == 1 and err[0].startswith("error: input: expected the offset column "
-                                                   "'log_exposure'") and message in err[0], err
+        assert (
+            len(err) == 1
+            and err[0].startswith("error: input: expected the offset column 'log_exposure'")
+            and message in err[0]
+        ), err
         assert not (tmp_path / "never.csv").exists()
 
     no_offset = tmp_path / "no_offset.csv"

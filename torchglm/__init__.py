@@ -46,6 +46,7 @@ def __getattr__(name: str):
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'torchglm' has no attribute {name!r}")
 
+
 __all__ = [
     "basis",
     "bayes",

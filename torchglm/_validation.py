@@ -73,8 +73,10 @@ def optional_import(module: str, feature: str, extra: str):
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise InputError(f"{feature}: needs the optional dependency '{module.split('.')[0]}', "
-                         f"not installed (pip install 'torchglm[{extra}]')") from None
+        raise InputError(
+            f"{feature}: needs the optional dependency '{module.split('.')[0]}', "
+            f"not installed (pip install 'torchglm[{extra}]')"
+        ) from None
 
 
 class InputError(ValueError):
@@ -137,8 +139,9 @@ def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
         )
 
 
-def check_features(name: str, x: torch.Tensor, n_features: int | None = None,
-                   magnitude: bool = False) -> torch.Tensor:
+def check_features(
+    name: str, x: torch.Tensor, n_features: int | None = None, magnitude: bool = False
+) -> torch.Tensor:
     """Check a design matrix: 2-D, floating point, finite, with ``n_features`` columns
     (and with ``magnitude``, small enough for its sums of squares: :func:`check_magnitude`)."""
     if not isinstance(x, torch.Tensor):
@@ -299,8 +302,7 @@ def check_offset(offset: torch.Tensor | None, n: int) -> None:
         _check_per_sample("offset", offset, n)
 
 
-def check_magnitude(name: str, t: torch.Tensor,
-                    extremes: tuple[float, float] | None = None) -> None:
+def check_magnitude(name: str, t: torch.Tensor, extremes: tuple[float, float] | None = None) -> None:
     """Check that sums of squares of ``t`` cannot overflow its dtype.
 
     A fit forms ``sum_i x_ij x_ik`` (Hessian, Gram matrix) and ``sum_i y_i^2``

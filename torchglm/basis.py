@@ -168,8 +168,9 @@ class Basis(nn.Module):
             raise NotFittedError(f"{type(self).__name__} is not fitted yet: call fit(x_train) first")
         n_in = self._n_in_now
         if x.dim() != 2 or (n_in > 0 and x.shape[1] != n_in):
-            raise fail("x", f"a 2-D tensor with {n_in if n_in > 0 else 'd'} columns",
-                       f"shape {tuple(x.shape)}")
+            raise fail(
+                "x", f"a 2-D tensor with {n_in if n_in > 0 else 'd'} columns", f"shape {tuple(x.shape)}"
+            )
         parts = [self._features(x)]
         if self.include_input:
             parts.append(x)
@@ -216,8 +217,10 @@ def _grid_axes(x: torch.Tensor, n_per_axis: int, margin: float) -> list[torch.Te
     ``m = margin * (max - min)``."""
     lo, hi = x.min(0).values, x.max(0).values
     pad = margin * (hi - lo)
-    return [torch.linspace(float(a), float(b), n_per_axis, dtype=x.dtype, device=x.device)
-            for a, b in zip(lo - pad, hi + pad)]
+    return [
+        torch.linspace(float(a), float(b), n_per_axis, dtype=x.dtype, device=x.device)
+        for a, b in zip(lo - pad, hi + pad)
+    ]
 
 
 class GaussianRBF(Basis):
@@ -289,8 +292,7 @@ class GaussianRBF(Basis):
         self._width_arg = None if width is None else torch.as_tensor(width, dtype=torch.float64)
         if self._width_arg is not None:
             if self._width_arg.dim() > 1 or bool((self._width_arg <= 0).any()):
-                raise fail("width", "a positive number or a 1-D array of positive widths",
-                           width)
+                raise fail("width", "a positive number or a 1-D array of positive widths", width)
         self.register_buffer("centers", torch.empty(0, 0))
         self.register_buffer("widths", torch.empty(0))
         if given:
@@ -299,7 +301,7 @@ class GaussianRBF(Basis):
             self._ready_without_fit()
 
     def _n_basis(self, n_in: int) -> int:
-        return self.n_centers ** n_in if self.mode == "grid" else self.n_centers
+        return self.n_centers**n_in if self.mode == "grid" else self.n_centers
 
     def _given_widths(self, c: torch.Tensor) -> torch.Tensor:
         w = self._width_arg.to(dtype=c.dtype, device=c.device)
@@ -314,8 +316,7 @@ class GaussianRBF(Basis):
     def _fit(self, x: torch.Tensor) -> None:
         if self.mode == "given":
             if x.shape[1] != self.centers.shape[1]:
-                raise fail("x", f"{self.centers.shape[1]} columns (the centers' dimension)",
-                           x.shape[1])
+                raise fail("x", f"{self.centers.shape[1]} columns (the centers' dimension)", x.shape[1])
             return
         if self.mode == "kmeans":
             c, _ = kmeans(x, self.n_centers, seed=self.seed)
@@ -344,8 +345,10 @@ class GaussianRBF(Basis):
         return torch.exp(-0.5 * d2 / w.square())
 
     def extra_repr(self) -> str:
-        return (f"n_centers={self.n_centers}, centers={self.mode!r}, per_center={self.per_center}, "
-                f"include_input={self.include_input}, include_bias={self.include_bias}")
+        return (
+            f"n_centers={self.n_centers}, centers={self.mode!r}, per_center={self.per_center}, "
+            f"include_input={self.include_input}, include_bias={self.include_bias}"
+        )
 
 
 class Polynomial(Basis):
@@ -406,8 +409,9 @@ class Polynomial(Basis):
         return padded[:, idx].prod(-1)
 
     def extra_repr(self) -> str:
-        return (f"degree={self.degree}, interaction_only={self.interaction_only}, "
-                f"include_bias={self.poly_bias}")
+        return (
+            f"degree={self.degree}, interaction_only={self.interaction_only}, include_bias={self.poly_bias}"
+        )
 
 
 class Sigmoidal(Basis):
@@ -492,8 +496,11 @@ class Sigmoidal(Basis):
             loc = torch.quantile(x, q, dim=0).T.contiguous()
         scales = self._scales_for(loc)
         if bool((scales <= 0).any()):
-            raise fail("x", "features that vary on the training data (a zero scale would follow)",
-                       "a constant column")
+            raise fail(
+                "x",
+                "features that vary on the training data (a zero scale would follow)",
+                "a constant column",
+            )
         self.locations, self.scales = loc, scales
 
     def _features(self, x: torch.Tensor) -> torch.Tensor:

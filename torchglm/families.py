@@ -265,7 +265,9 @@ def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
         bad = ~ok(y)
         if bool(bad.any()):
             first = int(bad.nonzero()[0, 0])
-            raise fail("y", support, f"{int(bad.sum())} values outside it, first y[{first}] = {float(y[first])}")
+            raise fail(
+                "y", support, f"{int(bad.sum())} values outside it, first y[{first}] = {float(y[first])}"
+            )
     return y
 
 
@@ -368,8 +370,9 @@ class _Binary(Family):
     def unit_deviance(self, y, mu):
         # xlogy(y, y) - xlogy(y, mu), not xlogy(y, y / mu): 0/0 at y = mu = 0 (or 1)
         # would give NaN where the deviance is 0.
-        return 2 * (torch.xlogy(y, y) - torch.xlogy(y, mu)
-                    + torch.xlogy(1 - y, 1 - y) - torch.xlogy(1 - y, 1 - mu))
+        return 2 * (
+            torch.xlogy(y, y) - torch.xlogy(y, mu) + torch.xlogy(1 - y, 1 - y) - torch.xlogy(1 - y, 1 - mu)
+        )
 
     def variance(self, mu):
         return mu * (1 - mu)

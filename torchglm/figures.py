@@ -61,6 +61,7 @@ def _accuracy(model, x, y) -> float:
 
 # -- 1. two Gaussian classes, shared covariance ----------------------------------------
 
+
 def gda_shared(out: str, quick: bool = False) -> dict:
     """Seed 000, GDA with a shared covariance: ``p(x|C_k) = N(mu_k, Sigma)`` gives
     ``p(C_1|x) = sigma(w^T x + w_0)`` with ``w = Sigma^{-1}(mu_1 - mu_2)``.
@@ -71,19 +72,23 @@ def gda_shared(out: str, quick: bool = False) -> dict:
     ``p(x|C_k) p(C_k)`` and the posterior, with logistic regression's posterior
     fitted discriminatively to the same data for comparison.
     """
-    ds = gaussian_classes(n_samples=120 if quick else 400, n_classes=2,
-                          means=[[-0.8, 0.3], [0.8, -0.3]],
-                          covariances=[[[1.0, 0.6], [0.6, 1.0]]] * 2, seed=0)
+    ds = gaussian_classes(
+        n_samples=120 if quick else 400,
+        n_classes=2,
+        means=[[-0.8, 0.3], [0.8, -0.3]],
+        covariances=[[[1.0, 0.6], [0.6, 1.0]]] * 2,
+        seed=0,
+    )
     x, y = _tensors(ds)
     gda = LinearDiscriminantAnalysis(2, 2)
     gda.fit(x, y)
     logit = LogisticRegression(2)
     logit.fit(x, y, solver="newton")
     fig, axes = subplots(1, 3, figsize=(15, 4.2))
-    plotting.class_conditional_densities(gda.class_log_likelihood, x, y, ax=axes[0],
-                                         title=r"fitted $p(x\,|\,C_k)$, shared $\Sigma$")
-    plotting.decision_regions(gda, x, y, ax=axes[1],
-                              title=r"GDA posterior $p(C_1\,|\,x)$: linear boundary")
+    plotting.class_conditional_densities(
+        gda.class_log_likelihood, x, y, ax=axes[0], title=r"fitted $p(x\,|\,C_k)$, shared $\Sigma$"
+    )
+    plotting.decision_regions(gda, x, y, ax=axes[1], title=r"GDA posterior $p(C_1\,|\,x)$: linear boundary")
     m0, m1 = gda.means[0], gda.means[1]
     u = (m1 - m0) / torch.linalg.norm(m1 - m0)
     t = torch.linspace(-4.0, 4.0, 400, dtype=torch.float64)
@@ -94,7 +99,7 @@ def gda_shared(out: str, quick: bool = False) -> dict:
         post_lr = logit.predict_proba(line)
     ax = axes[2]
     for k in range(2):
-        ax.plot(t, joint[:, k], c=plotting.CLASS_COLORS[k], label=fr"$p(x|C_{k})p(C_{k})$")
+        ax.plot(t, joint[:, k], c=plotting.CLASS_COLORS[k], label=rf"$p(x|C_{k})p(C_{k})$")
     ax.set_xlabel(r"position along $\mu_1 - \mu_0$")
     ax.set_ylabel("density")
     tw = ax.twinx()
@@ -108,11 +113,15 @@ def gda_shared(out: str, quick: bool = False) -> dict:
     ax.set_title("densities and the sigmoidal posterior along the means")
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "gda_shared.png"))
-    return {"png": path, "gda_train_accuracy": _accuracy(gda, x, y),
-            "logistic_train_accuracy": _accuracy(logit, x, y)}
+    return {
+        "png": path,
+        "gda_train_accuracy": _accuracy(gda, x, y),
+        "logistic_train_accuracy": _accuracy(logit, x, y),
+    }
 
 
 # -- 2. three classes, different covariances -----------------------------------------------
+
 
 def qda_three_classes(out: str, quick: bool = False) -> dict:
     """Seed 000, GDA with one covariance per class: the log-odds are quadratic in
@@ -121,24 +130,33 @@ def qda_three_classes(out: str, quick: bool = False) -> dict:
     (linear boundaries), for contrast."""
     means = [[-2.0, 0.0], [2.0, 0.0], [0.0, 2.5]]
     covs = [[[0.4, 0.0], [0.0, 0.4]], [[2.0, 0.9], [0.9, 0.8]], [[0.5, -0.3], [-0.3, 1.6]]]
-    ds = gaussian_classes(n_samples=150 if quick else 600, n_classes=3, means=means,
-                          covariances=covs, seed=1)
+    ds = gaussian_classes(n_samples=150 if quick else 600, n_classes=3, means=means, covariances=covs, seed=1)
     x, y = _tensors(ds)
     qda = QuadraticDiscriminantAnalysis(2, 3)
     qda.fit(x, y)
     lda = LinearDiscriminantAnalysis(2, 3)
     lda.fit(x, y)
     fig, axes = subplots(1, 3, figsize=(15, 4.2))
-    plotting.class_conditional_densities(qda.class_log_likelihood, x, y, ax=axes[0],
-                                         title=r"fitted $p(x\,|\,C_k)$, one $\Sigma_k$ per class")
-    plotting.decision_regions(qda, x, y, ax=axes[1],
-                              title=f"QDA: quadratic boundaries (train acc {_accuracy(qda, x, y):.3f})")
-    plotting.decision_regions(lda, x, y, ax=axes[2],
-                              title=f"shared $\\Sigma$: linear boundaries (train acc {_accuracy(lda, x, y):.3f})")
+    plotting.class_conditional_densities(
+        qda.class_log_likelihood, x, y, ax=axes[0], title=r"fitted $p(x\,|\,C_k)$, one $\Sigma_k$ per class"
+    )
+    plotting.decision_regions(
+        qda, x, y, ax=axes[1], title=f"QDA: quadratic boundaries (train acc {_accuracy(qda, x, y):.3f})"
+    )
+    plotting.decision_regions(
+        lda,
+        x,
+        y,
+        ax=axes[2],
+        title=f"shared $\\Sigma$: linear boundaries (train acc {_accuracy(lda, x, y):.3f})",
+    )
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "qda_three_classes.png"))
-    return {"png": path, "qda_train_accuracy": _accuracy(qda, x, y),
-            "lda_train_accuracy": _accuracy(lda, x, y)}
+    return {
+        "png": path,
+        "qda_train_accuracy": _accuracy(qda, x, y),
+        "lda_train_accuracy": _accuracy(lda, x, y),
+    }
 
 
 # -- 3. moons and XOR: a Gaussian basis makes them separable -----------------------------------
@@ -152,8 +170,10 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
     centers (crosses), against the same model on ``x``; test accuracy on fresh draws
     in each title. Both fitted by Newton's method on mean NLL + (l2/2)||w||^2."""
     n_train, n_test = (150, 300) if quick else (400, 2000)
-    data = {"moons (noise 0.2)": lambda n, s: moons(n, noise=0.2, seed=s),
-            "XOR (noise 0.4)": lambda n, s: xor(n, noise=0.4, seed=s)}
+    data = {
+        "moons (noise 0.2)": lambda n, s: moons(n, noise=0.2, seed=s),
+        "XOR (noise 0.4)": lambda n, s: xor(n, noise=0.4, seed=s),
+    }
     fig, axes = subplots(2, 2, figsize=(10.5, 8.4))
     result = {}
     for row, (name, make) in enumerate(data.items()):
@@ -169,13 +189,19 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
         key = name.split()[0].lower()
         result[f"{key}_linear_test_accuracy"] = acc_lin
         result[f"{key}_rbf_test_accuracy"] = acc_rbf
-        plotting.decision_regions(linear, x, y, ax=axes[row, 0],
-                                  title=f"{name}, linear: test acc {acc_lin:.3f}")
-        plotting.decision_regions(model, x, y, basis=rbf, ax=axes[row, 1],
-                                  title=f"{name}, {RBF_CENTERS} Gaussian RBFs: test acc {acc_rbf:.3f}")
+        plotting.decision_regions(
+            linear, x, y, ax=axes[row, 0], title=f"{name}, linear: test acc {acc_lin:.3f}"
+        )
+        plotting.decision_regions(
+            model,
+            x,
+            y,
+            basis=rbf,
+            ax=axes[row, 1],
+            title=f"{name}, {RBF_CENTERS} Gaussian RBFs: test acc {acc_rbf:.3f}",
+        )
         c = rbf.centers.numpy()
-        axes[row, 1].scatter(c[:, 0], c[:, 1], marker="x", c="k", s=40, linewidths=1.5,
-                             label="RBF centers")
+        axes[row, 1].scatter(c[:, 0], c[:, 1], marker="x", c="k", s=40, linewidths=1.5, label="RBF centers")
     fig.tight_layout()
     result["png"] = save_figure(fig, os.path.join(out, "basis_moons_xor.png"))
     result["n_train"], result["n_test"] = n_train, n_test
@@ -204,23 +230,40 @@ def basis_feature_space(out: str, quick: bool = False) -> dict:
     linear.fit(x, y, solver="newton")
     fig, axes = subplots(1, 2, figsize=(11, 4.6))
     ax = axes[0]
-    plotting.decision_regions(model, x, y, basis=phi, ax=ax, colorbar=False,
-                              title="input space: not linearly separable")
+    plotting.decision_regions(
+        model, x, y, basis=phi, ax=ax, colorbar=False, title="input space: not linearly separable"
+    )
     pts, xx, yy = plotting.input_grid(x, 200, 0.25)
     with torch.no_grad():
         f = phi(pts)
     for j in range(2):
-        ax.contour(xx, yy, f[:, j].reshape(xx.shape).numpy(), levels=[0.5], colors="tab:green",
-                   linewidths=1.5)
-    ax.scatter(centers[:, 0], centers[:, 1], marker="X", c="tab:green", s=160, edgecolors="k",
-               linewidths=1.0, zorder=4)
+        ax.contour(
+            xx, yy, f[:, j].reshape(xx.shape).numpy(), levels=[0.5], colors="tab:green", linewidths=1.5
+        )
+    ax.scatter(
+        centers[:, 0],
+        centers[:, 1],
+        marker="X",
+        c="tab:green",
+        s=160,
+        edgecolors="k",
+        linewidths=1.0,
+        zorder=4,
+    )
     ax = axes[1]
     with torch.no_grad():
         f = phi(x)
     for k in range(2):
         m = y == k
-        ax.scatter(f[m, 0], f[m, 1], s=14, c=plotting.CLASS_COLORS[k], edgecolors="k",
-                   linewidths=0.4, label=f"$C_{k}$")
+        ax.scatter(
+            f[m, 0],
+            f[m, 1],
+            s=14,
+            c=plotting.CLASS_COLORS[k],
+            edgecolors="k",
+            linewidths=0.4,
+            label=f"$C_{k}$",
+        )
     w = model.coef[0]
     b = float(model.intercept[0])
     t = torch.linspace(0.0, 1.0, 2, dtype=torch.float64)
@@ -233,11 +276,15 @@ def basis_feature_space(out: str, quick: bool = False) -> dict:
     ax.set_title(r"feature space $(\phi_1, \phi_2)$: linearly separable")
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "basis_feature_space.png"))
-    return {"png": path, "train_accuracy_basis": _accuracy(model, phi(x), y),
-            "train_accuracy_linear": _accuracy(linear, x, y)}
+    return {
+        "png": path,
+        "train_accuracy_basis": _accuracy(model, phi(x), y),
+        "train_accuracy_linear": _accuracy(linear, x, y),
+    }
 
 
 # -- 4. separable data: ||w|| -> infinity without L2 ----------------------------------------------
+
 
 def _separable_1d(n: int) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(0)
@@ -291,25 +338,48 @@ def separable_weight_norm(out: str, quick: bool = False) -> dict:
     cmap = matplotlib.colormaps["Reds"]
     for i, k in enumerate(checkpoints):
         w, b = ml[k]
-        ax.plot(grid, torch.sigmoid(w * grid + b), c=cmap(0.35 + 0.65 * i / max(len(checkpoints) - 1, 1)),
-                label=f"ML, step {k}: $w$ = {w:.1f}")
+        ax.plot(
+            grid,
+            torch.sigmoid(w * grid + b),
+            c=cmap(0.35 + 0.65 * i / max(len(checkpoints) - 1, 1)),
+            label=f"ML, step {k}: $w$ = {w:.1f}",
+        )
     w, b = params["L2, l2 = 0.01"][-1]
-    ax.plot(grid, torch.sigmoid(w * grid + b), c="tab:blue", ls="--", lw=2,
-            label=f"L2, step {len(params['L2, l2 = 0.01']) - 1}: $w$ = {w:.1f}")
-    ax.scatter(x[:, 0], y.double(), c=[plotting.CLASS_COLORS[int(k)] for k in y], s=14,
-               edgecolors="k", linewidths=0.4, zorder=3)
+    ax.plot(
+        grid,
+        torch.sigmoid(w * grid + b),
+        c="tab:blue",
+        ls="--",
+        lw=2,
+        label=f"L2, step {len(params['L2, l2 = 0.01']) - 1}: $w$ = {w:.1f}",
+    )
+    ax.scatter(
+        x[:, 0],
+        y.double(),
+        c=[plotting.CLASS_COLORS[int(k)] for k in y],
+        s=14,
+        edgecolors="k",
+        linewidths=0.4,
+        zorder=3,
+    )
     ax.set_xlabel("$x$")
     ax.set_ylabel(r"$p(C_1\,|\,x) = \sigma(wx + b)$")
     ax.legend(fontsize=8, loc="center right")
     ax.set_title("separable data: the ML sigmoid becomes a step")
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "separable_weight_norm.png"))
-    return {"png": path, "iterations": n_iter, "lr": lr,
-            "final_norm_ml": paths["no penalty (ML)"][-1], "final_norm_l2": paths["L2, l2 = 0.01"][-1],
-            "norm_ml_at": {str(k): paths["no penalty (ML)"][k] for k in checkpoints}}
+    return {
+        "png": path,
+        "iterations": n_iter,
+        "lr": lr,
+        "final_norm_ml": paths["no penalty (ML)"][-1],
+        "final_norm_l2": paths["L2, l2 = 0.01"][-1],
+        "norm_ml_at": {str(k): paths["no penalty (ML)"][k] for k in checkpoints},
+    }
 
 
 # -- 5. gradient descent vs Newton vs IRLS ------------------------------------------------------
+
 
 def solver_convergence(out: str, quick: bool = False) -> dict:
     """Seeds 000/002/003: the three solvers minimize the same objective, mean NLL +
@@ -323,8 +393,11 @@ def solver_convergence(out: str, quick: bool = False) -> dict:
     if quick:
         x, y = x[:150], y[:150]
     l2 = 1e-3
-    solvers = {"gradient descent": ("gd", 30 if quick else 5000), "Newton": ("newton", 50),
-               "IRLS": ("irls", 50)}
+    solvers = {
+        "gradient descent": ("gd", 30 if quick else 5000),
+        "Newton": ("newton", 50),
+        "IRLS": ("irls", 50),
+    }
     histories, iters = {}, {}
     for label, (solver, max_iter) in solvers.items():
         model = LogisticRegression(x.shape[1], l2=l2)
@@ -336,13 +409,17 @@ def solver_convergence(out: str, quick: bool = False) -> dict:
         iters[solver] = result.n_iter
     optimum = min(h["loss"] for hist in histories.values() for h in hist)
     fig = plotting.solver_convergence(
-        histories, optimum=optimum, logx=True,
-        title=f"logistic regression, breast cancer (n={x.shape[0]}, d={x.shape[1]}, l2={l2})")
+        histories,
+        optimum=optimum,
+        logx=True,
+        title=f"logistic regression, breast cancer (n={x.shape[0]}, d={x.shape[1]}, l2={l2})",
+    )
     path = save_figure(fig, os.path.join(out, "solver_convergence.png"))
     return {"png": path, "optimum": optimum, "n_iter": iters}
 
 
 # -- 6. MAP vs the Bayesian predictive far from the data -------------------------------------------
+
 
 class _BayesPredictive:
     """``predict_proba`` = the posterior predictive ``p(C_1|x, D)``: the probit
@@ -369,8 +446,13 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     contours at 0.1, 0.3, ..., 0.9. Right: both along the boundary's normal through
     the data centre and through a point 8 units along the boundary.
     """
-    ds = gaussian_classes(n_samples=30, n_classes=2, means=[[-1.0, -1.0], [1.0, 1.0]],
-                          covariances=[[[0.6, 0.0], [0.0, 0.6]]] * 2, seed=3)
+    ds = gaussian_classes(
+        n_samples=30,
+        n_classes=2,
+        means=[[-1.0, -1.0], [1.0, 1.0]],
+        covariances=[[[0.6, 0.0], [0.0, 0.6]]] * 2,
+        seed=3,
+    )
     x, y = _tensors(ds)
     model = LogisticRegression(2)
     prior = GaussianPrior(variance=4.0, bias_variance=4.0)
@@ -380,18 +462,43 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     # intractability"): the Jaakkola-Jordan variational Gaussian and NUTS draws.
     others = {
         "variational": _BayesPredictive(model, variational_posterior(model, (x, y), prior)),
-        "MCMC": _BayesPredictive(model, sample_posterior(
-            model, (x, y), post, num_chains=2, num_samples=100 if quick else 500,
-            warmup_steps=100 if quick else 300)),
+        "MCMC": _BayesPredictive(
+            model,
+            sample_posterior(
+                model,
+                (x, y),
+                post,
+                num_chains=2,
+                num_samples=100 if quick else 500,
+                warmup_steps=100 if quick else 300,
+            ),
+        ),
     }
     limits = (-10.0, 10.0, -10.0, 10.0)
     res = 80 if quick else 250
     levels = (0.1, 0.3, 0.5, 0.7, 0.9)
     fig, axes = subplots(1, 3, figsize=(16, 4.4))
-    plotting.decision_regions(model, x, y, ax=axes[0], limits=limits, resolution=res, levels=levels,
-                              colorbar=False, title=r"MAP plug-in $\sigma(w_{MAP}^T x)$")
-    plotting.decision_regions(bayes, x, y, ax=axes[1], limits=limits, resolution=res, levels=levels,
-                              title=r"Laplace predictive $p(C_1\,|\,x, D)$")
+    plotting.decision_regions(
+        model,
+        x,
+        y,
+        ax=axes[0],
+        limits=limits,
+        resolution=res,
+        levels=levels,
+        colorbar=False,
+        title=r"MAP plug-in $\sigma(w_{MAP}^T x)$",
+    )
+    plotting.decision_regions(
+        bayes,
+        x,
+        y,
+        ax=axes[1],
+        limits=limits,
+        resolution=res,
+        levels=levels,
+        title=r"Laplace predictive $p(C_1\,|\,x, D)$",
+    )
     w = model.coef[0]
     b = float(model.intercept[0])
     normal = w / torch.linalg.norm(w)
@@ -402,20 +509,26 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     ax = axes[2]
     with torch.no_grad():
         # The MAP curve depends only on the distance to its boundary: one curve.
-        ax.plot(s, model.predict_proba(centre + s[:, None] * normal), c="tab:red", lw=2,
-                label="MAP (the same on both lines)")
+        ax.plot(
+            s,
+            model.predict_proba(centre + s[:, None] * normal),
+            c="tab:red",
+            lw=2,
+            label="MAP (the same on both lines)",
+        )
         for offset, ls, where in ((0.0, "-", "through the data"), (8.0, "--", "8 along the boundary")):
             pts = centre + offset * along + s[:, None] * normal
             ax.plot(s, bayes.predict_proba(pts), c="k", ls=ls, label=f"Laplace, {where}")
             for (name, pred), colour in zip(others.items(), ("tab:blue", "tab:green")):
-                ax.plot(s, pred.predict_proba(pts), c=colour, ls=ls, lw=1,
-                        label=f"{name}, {where}")
+                ax.plot(s, pred.predict_proba(pts), c=colour, ls=ls, lw=1, label=f"{name}, {where}")
         far = centre + 8.0 * along + 2.0 * normal
         near = centre + 2.0 * normal
         p_far = float(bayes.predict_proba(far[None])[0])
         p_near = float(bayes.predict_proba(near[None])[0])
-        p_others = {name: (float(pred.predict_proba(near[None])[0]), float(pred.predict_proba(far[None])[0]))
-                    for name, pred in others.items()}
+        p_others = {
+            name: (float(pred.predict_proba(near[None])[0]), float(pred.predict_proba(far[None])[0]))
+            for name, pred in others.items()
+        }
         p_map = float(model.predict_proba(far[None])[0])
     ax.set_xlabel("signed distance from the MAP boundary")
     ax.set_ylabel(r"$p(C_1\,|\,x)$")
@@ -424,8 +537,12 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     ax.set_title("slices across the boundary")
     fig.tight_layout()
     path = save_figure(fig, os.path.join(out, "bayes_predictive.png"))
-    out = {"png": path, "map_at_distance_2": p_map, "bayes_at_distance_2_near_data": p_near,
-           "bayes_at_distance_2_far_along_boundary": p_far}
+    out = {
+        "png": path,
+        "map_at_distance_2": p_map,
+        "bayes_at_distance_2_near_data": p_near,
+        "bayes_at_distance_2_far_along_boundary": p_far,
+    }
     for name, (near_p, far_p) in p_others.items():
         out[f"{name}_at_distance_2_near_data"] = near_p
         out[f"{name}_at_distance_2_far_along_boundary"] = far_p
@@ -457,8 +574,9 @@ def make_figure(name: str, out: str, quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m torchglm.figures",
-                                     description="Reproduce the lecture's figures from real fits.")
+    parser = argparse.ArgumentParser(
+        prog="python -m torchglm.figures", description="Reproduce the lecture's figures from real fits."
+    )
     parser.add_argument("name", nargs="?", default="all", help=f"'all' or one of {list(FIGURES)}")
     parser.add_argument("--out", default="docs/figures", help="output directory for the PNGs")
     parser.add_argument("--quick", action="store_true", help="tiny data and iteration budgets")

@@ -184,8 +184,12 @@ def _probit_parts(eta: torch.Tensor, order: int):
     log_small = -0.5 * a * a - 0.5 * math.log(2.0 * math.pi) + torch.log(m)
     log_big = torch.log1p(-tail)
     r_small, r_big = 1.0 / m, e / (1.0 - tail)
-    out = [torch.where(neg, log_small, log_big), torch.where(neg, log_big, log_small),
-           torch.where(neg, r_small, r_big), torch.where(neg, r_big, r_small)]
+    out = [
+        torch.where(neg, log_small, log_big),
+        torch.where(neg, log_big, log_small),
+        torch.where(neg, r_small, r_big),
+        torch.where(neg, r_big, r_small),
+    ]
     if order == 2:
         big = a >= 20.0
         q = torch.where(big, _mills_asymptotic(torch.where(big, a, torch.full_like(a, 20.0))), 1.0 - a * m)

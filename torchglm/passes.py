@@ -155,9 +155,12 @@ class FitResult:
         keys = [k for k in keys if any(k in h for h in self.history)]
         lines = ["  ".join(f"{k:>16}" for k in keys)]
         for h in self.history:
-            lines.append("  ".join(
-                f"{h[k]:>16d}" if isinstance(h.get(k), int) else f"{h.get(k, float('nan')):>16.9g}"
-                for k in keys))
+            lines.append(
+                "  ".join(
+                    f"{h[k]:>16d}" if isinstance(h.get(k), int) else f"{h.get(k, float('nan')):>16.9g}"
+                    for k in keys
+                )
+            )
         verdict = "converged" if self.converged else "NOT converged"
         lines.append(f"{self.solver}: {verdict} after {self.n_iter} iterations: {self.message}")
         return "\n".join(lines)

@@ -45,8 +45,9 @@ CLASS_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:orange", "tab:purple", 
 DPI = 90
 
 
-def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI, close: bool = True,
-                palette: bool = True) -> str:
+def save_figure(
+    fig: Figure, path: str | os.PathLike, dpi: int = DPI, close: bool = True, palette: bool = True
+) -> str:
     """Write ``fig`` as a PNG (creating parent directories); return the path.
 
     ``palette`` stores it with a 256-colour palette (Pillow's median cut, no
@@ -59,8 +60,9 @@ def save_figure(fig: Figure, path: str | os.PathLike, dpi: int = DPI, close: boo
         fig.savefig(buf, format="png", dpi=dpi, bbox_inches="tight")
         buf.seek(0)
         with Image.open(buf) as img:
-            img.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT,
-                                        dither=Image.Dither.NONE).save(path, optimize=True)
+            img.convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(
+                path, optimize=True
+            )
     else:
         fig.savefig(path, dpi=dpi, bbox_inches="tight")
     if close:
@@ -91,8 +93,9 @@ def _check_2d(x: torch.Tensor) -> None:
         raise fail("x", "2-D inputs of shape (n_samples, 2) to draw in the plane", tuple(x.shape))
 
 
-def input_grid(x: torch.Tensor, resolution: int = 200, margin: float = 0.25,
-               limits: Sequence[float] | None = None) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
+def input_grid(
+    x: torch.Tensor, resolution: int = 200, margin: float = 0.25, limits: Sequence[float] | None = None
+) -> tuple[torch.Tensor, np.ndarray, np.ndarray]:
     """A ``resolution x resolution`` grid over the data range widened by ``margin``
     (a fraction of the range), or over ``limits = (x0_min, x0_max, x1_min, x1_max)``.
 
@@ -125,14 +128,31 @@ def _scatter(ax, x, y, n_classes: int, s: float = 14, alpha: float = 1.0) -> Non
     x, y = _numpy(x), _numpy(y).astype(int)
     for k in range(n_classes):
         m = y == k
-        ax.scatter(x[m, 0], x[m, 1], s=s, c=CLASS_COLORS[k % len(CLASS_COLORS)],
-                   edgecolors="k", linewidths=0.4, alpha=alpha, label=f"$C_{k}$")
+        ax.scatter(
+            x[m, 0],
+            x[m, 1],
+            s=s,
+            c=CLASS_COLORS[k % len(CLASS_COLORS)],
+            edgecolors="k",
+            linewidths=0.4,
+            alpha=alpha,
+            label=f"$C_{k}$",
+        )
 
 
-def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | None = None,
-                     ax=None, resolution: int = 200, margin: float = 0.25,
-                     limits: Sequence[float] | None = None, title: str | None = None,
-                     colorbar: bool = True, levels: Sequence[float] = (0.5,)) -> Figure:
+def decision_regions(
+    model,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    basis: Callable | None = None,
+    ax=None,
+    resolution: int = 200,
+    margin: float = 0.25,
+    limits: Sequence[float] | None = None,
+    title: str | None = None,
+    colorbar: bool = True,
+    levels: Sequence[float] = (0.5,),
+) -> Figure:
     """Decision regions and posterior of a classifier on 2-D inputs, with the data.
 
     Binary models: a heat map of ``p(C_1|x)`` (blue 0 to red 1) with the boundary
@@ -165,11 +185,25 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
     shape = xx.shape
     extent = (xx.min(), xx.max(), yy.min(), yy.max())
     if K == 2:
-        im = ax.imshow(p[:, 1].reshape(shape), origin="lower", extent=extent, aspect="auto",
-                       cmap="RdBu_r", vmin=0.0, vmax=1.0, alpha=0.85)
+        im = ax.imshow(
+            p[:, 1].reshape(shape),
+            origin="lower",
+            extent=extent,
+            aspect="auto",
+            cmap="RdBu_r",
+            vmin=0.0,
+            vmax=1.0,
+            alpha=0.85,
+        )
         lv = sorted(levels)
-        cs = ax.contour(xx, yy, p[:, 1].reshape(shape), levels=lv, colors="k",
-                        linewidths=[1.5 if v == 0.5 else 0.7 for v in lv])
+        cs = ax.contour(
+            xx,
+            yy,
+            p[:, 1].reshape(shape),
+            levels=lv,
+            colors="k",
+            linewidths=[1.5 if v == 0.5 else 0.7 for v in lv],
+        )
         if len(lv) > 1:
             ax.clabel(cs, fontsize=7, fmt="%.1f")
         if colorbar:
@@ -180,8 +214,7 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
         ax.imshow(rgb.reshape(*shape, 3), origin="lower", extent=extent, aspect="auto")
         for k in range(K):
             others = np.delete(p, k, axis=1).max(1)
-            ax.contour(xx, yy, (p[:, k] - others).reshape(shape), levels=[0.0],
-                       colors="k", linewidths=1.2)
+            ax.contour(xx, yy, (p[:, k] - others).reshape(shape), levels=[0.0], colors="k", linewidths=1.2)
     _scatter(ax, x, y, max(K, int(_numpy(y).max()) + 1))
     ax.set_xlim(extent[0], extent[1])
     ax.set_ylim(extent[2], extent[3])
@@ -192,11 +225,17 @@ def decision_regions(model, x: torch.Tensor, y: torch.Tensor, basis: Callable | 
     return fig
 
 
-def class_conditional_densities(log_density: Callable[[torch.Tensor], torch.Tensor],
-                                x: torch.Tensor, y: torch.Tensor | None = None, ax=None,
-                                resolution: int = 150, margin: float = 0.25,
-                                limits: Sequence[float] | None = None,
-                                title: str | None = None, n_levels: int = 6) -> Figure:
+def class_conditional_densities(
+    log_density: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor | None = None,
+    ax=None,
+    resolution: int = 150,
+    margin: float = 0.25,
+    limits: Sequence[float] | None = None,
+    title: str | None = None,
+    n_levels: int = 6,
+) -> Figure:
     """Contours of the class-conditional densities ``p(x|C_k)`` of a generative model.
 
     Args:
@@ -217,8 +256,9 @@ def class_conditional_densities(log_density: Callable[[torch.Tensor], torch.Tens
     for k in range(dens.shape[1]):
         d = dens[:, k].reshape(xx.shape)
         levels = np.linspace(0, d.max(), n_levels + 2)[1:-1]
-        ax.contour(xx, yy, d, levels=levels, colors=CLASS_COLORS[k % len(CLASS_COLORS)],
-                   linewidths=1.4, zorder=3)
+        ax.contour(
+            xx, yy, d, levels=levels, colors=CLASS_COLORS[k % len(CLASS_COLORS)], linewidths=1.4, zorder=3
+        )
     if y is not None:
         _scatter(ax, x, y, max(dens.shape[1], int(_numpy(y).max()) + 1), s=8, alpha=0.35)
     ax.set_xlim(xx.min(), xx.max())
@@ -229,8 +269,9 @@ def class_conditional_densities(log_density: Callable[[torch.Tensor], torch.Tens
     return fig
 
 
-def calibration_bins(y: torch.Tensor, proba: torch.Tensor, n_bins: int = 10
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def calibration_bins(
+    y: torch.Tensor, proba: torch.Tensor, n_bins: int = 10
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Equal-width reliability bins over [0, 1].
 
     Binary ``proba`` (n,) is ``p(C_1|x)`` and the observed frequency is that of
@@ -257,8 +298,13 @@ def calibration_bins(y: torch.Tensor, proba: torch.Tensor, n_bins: int = 10
     return mean_pred, freq, counts[keep]
 
 
-def reliability_diagram(y: torch.Tensor, proba: torch.Tensor | Mapping[str, torch.Tensor],
-                        n_bins: int = 10, ax=None, title: str | None = None) -> Figure:
+def reliability_diagram(
+    y: torch.Tensor,
+    proba: torch.Tensor | Mapping[str, torch.Tensor],
+    n_bins: int = 10,
+    ax=None,
+    title: str | None = None,
+) -> Figure:
     """Reliability (calibration) diagram: observed frequency against predicted
     probability per bin, with the diagonal of perfect calibration, the expected
     calibration error ``ECE = sum_b (n_b / n) |freq_b - conf_b|`` in the legend, and
@@ -303,9 +349,13 @@ def reliability_diagram(y: torch.Tensor, proba: torch.Tensor | Mapping[str, torc
     return fig
 
 
-def solver_convergence(histories: Mapping[str, Sequence[Mapping[str, float]]],
-                       optimum: float | None = None, keys: Sequence[str] = ("loss", "grad_norm"),
-                       title: str | None = None, logx: bool = False) -> Figure:
+def solver_convergence(
+    histories: Mapping[str, Sequence[Mapping[str, float]]],
+    optimum: float | None = None,
+    keys: Sequence[str] = ("loss", "grad_norm"),
+    title: str | None = None,
+    logx: bool = False,
+) -> Figure:
     """Objective gap and gradient norm per iteration for several solvers on one problem.
 
     Args:
@@ -326,13 +376,20 @@ def solver_convergence(histories: Mapping[str, Sequence[Mapping[str, float]]],
     fig = Figure(figsize=(4.8 * len(keys), 3.8))
     axes = fig.subplots(1, len(keys), squeeze=False)
     floor = 4 * np.finfo(np.float64).eps * max(1.0, abs(optimum)) if optimum is not None else 0.0
-    styles = [dict(marker="o", ls="-"), dict(marker="x", ls="--"), dict(marker="s", ls=":"),
-              dict(marker="^", ls="-.")]
+    styles = [
+        dict(marker="o", ls="-"),
+        dict(marker="x", ls="--"),
+        dict(marker="s", ls=":"),
+        dict(marker="^", ls="-."),
+    ]
     for i, (name, hist) in enumerate(histories.items()):
         for j, (key, ax) in enumerate(zip(keys, axes[0])):
             if any(key not in h for h in hist):
-                raise fail(f"histories['{name}']", f"a '{key}' entry in every iteration",
-                           sorted(hist[0]) if hist else "an empty history")
+                raise fail(
+                    f"histories['{name}']",
+                    f"a '{key}' entry in every iteration",
+                    sorted(hist[0]) if hist else "an empty history",
+                )
             v = np.array([float(h[key]) for h in hist])
             it = np.arange(len(v)) + (1 if logx else 0)
             if j == 0 and optimum is not None:
@@ -360,8 +417,9 @@ def solver_convergence(histories: Mapping[str, Sequence[Mapping[str, float]]],
     return fig
 
 
-def weight_norm_paths(paths: Mapping[str, Sequence[float]], ax=None,
-                      title: str | None = None, logy: bool = False) -> Figure:
+def weight_norm_paths(
+    paths: Mapping[str, Sequence[float]], ax=None, title: str | None = None, logy: bool = False
+) -> Figure:
     """``||w||`` per iteration, one curve per run (e.g. with and without L2 on
     separable data, where the unpenalized norm grows without bound; seed 004,
     "ML solution can over-fit")."""

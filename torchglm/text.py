@@ -60,8 +60,14 @@ class Vocabulary:
         self.pattern = pattern
 
     @classmethod
-    def from_texts(cls, texts: Iterable[str], min_count: int = 1, max_size: int | None = None,
-                   lowercase: bool = True, pattern: str = TOKEN_PATTERN) -> "Vocabulary":
+    def from_texts(
+        cls,
+        texts: Iterable[str],
+        min_count: int = 1,
+        max_size: int | None = None,
+        lowercase: bool = True,
+        pattern: str = TOKEN_PATTERN,
+    ) -> "Vocabulary":
         """Build a vocabulary from training texts.
 
         Args:
@@ -92,8 +98,9 @@ class Vocabulary:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def transform(self, texts: Iterable[str], layout: str = "dense",
-                  dtype: torch.dtype | None = None) -> torch.Tensor:
+    def transform(
+        self, texts: Iterable[str], layout: str = "dense", dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """Count matrix ``Z`` with ``Z[i, k]`` = occurrences of token ``k`` in text ``i``.
 
         Tokens outside the vocabulary are dropped.
@@ -114,15 +121,17 @@ class Vocabulary:
         n = 0
         for i, text in enumerate(texts):
             n = i + 1
-            counts = Counter(self.index[t] for t in tokenize(text, self.lowercase, self.pattern)
-                             if t in self.index)
+            counts = Counter(
+                self.index[t] for t in tokenize(text, self.lowercase, self.pattern) if t in self.index
+            )
             for k in sorted(counts):
                 rows.append(i)
                 cols.append(k)
                 vals.append(counts[k])
         indices = torch.tensor([rows, cols], dtype=torch.long).reshape(2, -1)
-        z = torch.sparse_coo_tensor(indices, torch.tensor(vals, dtype=dtype), (n, len(self)),
-                                    check_invariants=True)
+        z = torch.sparse_coo_tensor(
+            indices, torch.tensor(vals, dtype=dtype), (n, len(self)), check_invariants=True
+        )
         z = z.coalesce()
         if layout == "dense":
             return z.to_dense()

@@ -21,8 +21,15 @@ from .prior import GaussianPrior
 from .sampling import PosteriorSamples, sample_posterior
 from .svi import SVIPosterior, svi_posterior
 from .variational import VariationalPosterior, jj_lambda, local_xi, variational_posterior
-from .selection import (EvidenceFixedPoint, LambdaCurve, default_lambdas, evidence_curve, evidence_fixed_point,
-                        validation_curve, variational_curve)
+from .selection import (
+    EvidenceFixedPoint,
+    LambdaCurve,
+    default_lambdas,
+    evidence_curve,
+    evidence_fixed_point,
+    validation_curve,
+    variational_curve,
+)
 
 __all__ = [
     "GaussianPrior",

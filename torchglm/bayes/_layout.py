@@ -67,8 +67,9 @@ def n_bias(model) -> int:
     return model.n_bias
 
 
-def linear_predictor(model, theta: torch.Tensor, x: torch.Tensor,
-                     offset: torch.Tensor | None = None) -> torch.Tensor:
+def linear_predictor(
+    model, theta: torch.Tensor, x: torch.Tensor, offset: torch.Tensor | None = None
+) -> torch.Tensor:
     """``eta = x W^T + b (+ offset)`` for one ``theta`` (p,) or many (S, p): the model's
     :meth:`~torchglm.models.GeneralizedLinearModel.linear_predictor`.
 
@@ -106,7 +107,9 @@ def identified_basis(model, prior: GaussianPrior, like: torch.Tensor) -> torch.T
     k = n_bias(model)
     m = n_weights(model)
     ones = torch.ones(k, 1, dtype=like.dtype, device=like.device)
-    q, _ = torch.linalg.qr(torch.cat([ones, torch.eye(k, dtype=like.dtype, device=like.device)[:, : k - 1]], 1))
+    q, _ = torch.linalg.qr(
+        torch.cat([ones, torch.eye(k, dtype=like.dtype, device=like.device)[:, : k - 1]], 1)
+    )
     basis = torch.zeros(m + k, m + k - 1, dtype=like.dtype, device=like.device)
     basis[:m, :m] = torch.eye(m, dtype=like.dtype, device=like.device)
     basis[m:, m:] = q[:, 1:]

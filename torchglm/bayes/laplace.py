@@ -65,11 +65,17 @@ class LaplacePosterior(GaussianDraws):
     def state_dict(self) -> dict:
         """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
         return {
-            "mean": self.mean, "covariance": self.covariance, "precision": self.precision,
-            "scale": self.scale, "log_evidence": self.log_evidence,
-            "log_likelihood": self.log_likelihood, "grad_norm": self.grad_norm,
-            "prior_variance": self.prior.variance, "bias_variance": self.prior.bias_variance,
-            "basis": self.basis, "shape": self.shape,
+            "mean": self.mean,
+            "covariance": self.covariance,
+            "precision": self.precision,
+            "scale": self.scale,
+            "log_evidence": self.log_evidence,
+            "log_likelihood": self.log_likelihood,
+            "grad_norm": self.grad_norm,
+            "prior_variance": self.prior.variance,
+            "bias_variance": self.prior.bias_variance,
+            "basis": self.basis,
+            "shape": self.shape,
         }
 
     @classmethod
@@ -129,8 +135,14 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
     if prior.bias_variance is None or not model.n_bias:
         theta = flat_parameters(model)
         with torch.random.fork_rng(devices=[]):  # nn.Linear's init must not move the caller's RNG
-            work = GeneralizedLinearModel(model.n_features, model.family, n_classes=model.n_classes, l2=l2,
-                                          fit_intercept=model.fit_intercept, dtype=theta.dtype).to(theta.device)
+            work = GeneralizedLinearModel(
+                model.n_features,
+                model.family,
+                n_classes=model.n_classes,
+                l2=l2,
+                fit_intercept=model.fit_intercept,
+                dtype=theta.dtype,
+            ).to(theta.device)
         set_flat_parameters(work, theta)
         result = solvers.fit(work, x, y, weight=weight, solver=solver, **options)
         set_flat_parameters(model, flat_parameters(work))
@@ -138,8 +150,14 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
         model.mark_fitted()
         return result, l2
     c = math.sqrt(prior.bias_variance / prior.variance)
-    aug = GeneralizedLinearModel(model.n_features + 1, model.family, n_classes=model.n_classes,
-                                 l2=l2, fit_intercept=False, dtype=x.dtype).to(x.device)
+    aug = GeneralizedLinearModel(
+        model.n_features + 1,
+        model.family,
+        n_classes=model.n_classes,
+        l2=l2,
+        fit_intercept=False,
+        dtype=x.dtype,
+    ).to(x.device)
     # theta = [vec W, b] -> the augmented model's rows [W_k, b_k / c] (no intercept), and back.
     theta, m = flat_parameters(model), model.n_weights
     W, b = theta[:m].view(model.n_outputs, -1), theta[m:]
@@ -152,8 +170,9 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
     return result, l2
 
 
-def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool = True,
-                      solver: str = "newton", **options) -> LaplacePosterior:
+def laplace_posterior(
+    model, data, prior: GaussianPrior | None = None, fit: bool = True, solver: str = "newton", **options
+) -> LaplacePosterior:
     """Laplace posterior ``N(theta*, H^{-1})`` of a logistic, probit or softmax model.
 
     Args:
@@ -206,20 +225,32 @@ def laplace_posterior(model, data, prior: GaussianPrior | None = None, fit: bool
         H_red = H
     L, info = torch.linalg.cholesky_ex(H_red)
     if int(info) != 0:
-        raise fail("posterior precision H", "positive definite (a proper posterior; "
-                   "give the bias a finite prior variance or check for separation)",
-                   f"a non-positive pivot at index {int(info) - 1}")
+        raise fail(
+            "posterior precision H",
+            "positive definite (a proper posterior; "
+            "give the bias a finite prior variance or check for separation)",
+            f"a non-positive pivot at index {int(info) - 1}",
+        )
     eye = torch.eye(H_red.shape[0], dtype=H.dtype, device=H.device)
     L_inv_T = torch.linalg.solve_triangular(L, eye, upper=False).T  # H_red^{-1} = L^{-T} L^{-1}
     scale = L_inv_T if basis is None else basis @ L_inv_T
     cov = scale @ scale.T
     D = H_red.shape[0]
     log_prior = -0.5 * float((prec * theta * theta).sum()) + prior.log_normalizer(
-        n_weights(model), n_bias(model))
-    log_evidence = (-float(nll) + log_prior + 0.5 * D * math.log(2 * math.pi)
-                    - float(torch.log(torch.diagonal(L)).sum()))
+        n_weights(model), n_bias(model)
+    )
+    log_evidence = (
+        -float(nll) + log_prior + 0.5 * D * math.log(2 * math.pi) - float(torch.log(torch.diagonal(L)).sum())
+    )
     return LaplacePosterior(
-        mean=theta, covariance=cov, precision=H, scale=scale, log_evidence=log_evidence,
-        log_likelihood=-float(nll), grad_norm=float(grad_post.norm()), prior=prior, basis=basis,
+        mean=theta,
+        covariance=cov,
+        precision=H,
+        scale=scale,
+        log_evidence=log_evidence,
+        log_likelihood=-float(nll),
+        grad_norm=float(grad_post.norm()),
+        prior=prior,
+        basis=basis,
         shape=(model.n_outputs, model.n_features, model.n_bias > 0),
     )

@@ -67,14 +67,21 @@ def _gaussian_moments(model, post: LaplacePosterior | VariationalPosterior | SVI
     k, d = model.n_outputs, model.n_features
     xt = torch.cat([x, torch.ones_like(x[:, :1])], 1) if post.shape[2] else x
     # theta = (vec W, b) -> per-output coefficient rows (k, dt): column d is the bias.
-    perm = torch.cat([
-        (torch.arange(k, device=x.device)[:, None] * d + torch.arange(d, device=x.device)[None, :]),
-        (k * d + torch.arange(k, device=x.device))[:, None],
-    ], 1) if post.shape[2] else torch.arange(k * d, device=x.device).reshape(k, d)
-    F = post.scale[perm]                               # (k, dt, r)
+    perm = (
+        torch.cat(
+            [
+                (torch.arange(k, device=x.device)[:, None] * d + torch.arange(d, device=x.device)[None, :]),
+                (k * d + torch.arange(k, device=x.device))[:, None],
+            ],
+            1,
+        )
+        if post.shape[2]
+        else torch.arange(k * d, device=x.device).reshape(k, d)
+    )
+    F = post.scale[perm]  # (k, dt, r)
     mean = linear_predictor(model, post.mean, x)
-    proj = torch.einsum("nd,kdr->nkr", xt, F)          # eta - mu_a = proj z, z ~ N(0, I)
-    cov = proj @ proj.transpose(1, 2)                  # (n, k, k)
+    proj = torch.einsum("nd,kdr->nkr", xt, F)  # eta - mu_a = proj z, z ~ N(0, I)
+    cov = proj @ proj.transpose(1, 2)  # (n, k, k)
     if not model.family.multi_output:
         return mean, cov[:, 0, 0]
     return mean, cov
@@ -95,10 +102,14 @@ def _monte_carlo(model, samples: torch.Tensor, x: torch.Tensor, chunk: int = 256
     s1 = s2 = e1 = None
     e2 = None
     for start in range(0, samples.shape[0], chunk):
-        eta = linear_predictor(model, samples[start:start + chunk], x)
+        eta = linear_predictor(model, samples[start : start + chunk], x)
         mu = model.family.mean(eta)
-        parts = (mu.sum(0), (mu * mu).sum(0), eta.sum(0),
-                 (eta.unsqueeze(-1) * eta.unsqueeze(-2)).sum(0) if eta.dim() == 3 else (eta * eta).sum(0))
+        parts = (
+            mu.sum(0),
+            (mu * mu).sum(0),
+            eta.sum(0),
+            (eta.unsqueeze(-1) * eta.unsqueeze(-2)).sum(0) if eta.dim() == 3 else (eta * eta).sum(0),
+        )
         if s1 is None:
             s1, s2, e1, e2 = parts
         else:
@@ -113,10 +124,14 @@ def _monte_carlo(model, samples: torch.Tensor, x: torch.Tensor, chunk: int = 256
     return proba, proba_var, eta_mean, eta_var
 
 
-def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPosterior | PosteriorSamples,
-               x: torch.Tensor,
-               method: str = "auto", n_samples: int = 4000,
-               generator: torch.Generator | None = None) -> Predictive:
+def predictive(
+    model,
+    posterior: LaplacePosterior | VariationalPosterior | SVIPosterior | PosteriorSamples,
+    x: torch.Tensor,
+    method: str = "auto",
+    n_samples: int = 4000,
+    generator: torch.Generator | None = None,
+) -> Predictive:
     """Posterior predictive ``p(C|x, D)`` with its variance.
 
     Args:
@@ -157,8 +172,11 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPo
     if method not in _METHODS:
         raise fail("method", f"one of {list(_METHODS)}", repr(method))
     if not isinstance(posterior, (LaplacePosterior, VariationalPosterior, SVIPosterior, PosteriorSamples)):
-        raise fail("posterior", "a LaplacePosterior, VariationalPosterior, SVIPosterior or PosteriorSamples",
-                   type(posterior).__name__)
+        raise fail(
+            "posterior",
+            "a LaplacePosterior, VariationalPosterior, SVIPosterior or PosteriorSamples",
+            type(posterior).__name__,
+        )
     p = n_weights(model) + n_bias(model)
     got = posterior.samples.shape[-1] if isinstance(posterior, PosteriorSamples) else posterior.mean.shape[-1]
     if got != p:
@@ -181,8 +199,11 @@ def predictive(model, posterior: LaplacePosterior | VariationalPosterior | SVIPo
         return Predictive(*_monte_carlo(model, posterior.sample(n_samples, generator), x), method="mc")
     needs = {"probit": "logit", "exact": "probit"}[method]
     if link != needs or model.family.multi_output:
-        raise fail("method", f"'mc' (or 'auto') for a model with the '{link}' link; "
-                   f"'{method}' needs the '{needs}' link", repr(method))
+        raise fail(
+            "method",
+            f"'mc' (or 'auto') for a model with the '{link}' link; '{method}' needs the '{needs}' link",
+            repr(method),
+        )
     mu_a, var_a = _gaussian_moments(model, posterior, x)
     if method == "probit":
         proba = probit_approximation(mu_a, var_a)

@@ -60,10 +60,12 @@ class GaussianPrior:
         """Diagonal of the prior precision over ``theta = (vec W, b)``: ``1/lambda``
         per weight, ``1/sigma_b^2`` (or 0 for the flat prior) per bias entry."""
         bias_prec = 0.0 if self.bias_variance is None else 1.0 / self.bias_variance
-        return torch.cat([
-            torch.full((n_weights,), 1.0 / self.variance, dtype=like.dtype, device=like.device),
-            torch.full((n_bias,), bias_prec, dtype=like.dtype, device=like.device),
-        ])
+        return torch.cat(
+            [
+                torch.full((n_weights,), 1.0 / self.variance, dtype=like.dtype, device=like.device),
+                torch.full((n_bias,), bias_prec, dtype=like.dtype, device=like.device),
+            ]
+        )
 
     def log_normalizer(self, n_weights: int, n_bias: int) -> float:
         """``-(m/2) log(2 pi lambda)`` (plus the bias term when its prior is proper);

@@ -67,20 +67,37 @@ class PosteriorSamples:
     def diagnostics(self) -> dict:
         """``max_rhat`` and ``min_ess`` over coefficients (the usual pass marks:
         R-hat < 1.01, ESS > 100 per chain... or at least a few hundred in all)."""
-        return {"max_rhat": float(self.rhat.max()), "min_ess": float(self.ess.min()),
-                "num_chains": int(self.samples.shape[0]), "num_samples": int(self.samples.shape[1])}
+        return {
+            "max_rhat": float(self.rhat.max()),
+            "min_ess": float(self.ess.min()),
+            "num_chains": int(self.samples.shape[0]),
+            "num_samples": int(self.samples.shape[1]),
+        }
 
     def state_dict(self) -> dict:
-        return {"samples": self.samples, "rhat": self.rhat, "ess": self.ess,
-                "prior_variance": self.prior.variance, "bias_variance": self.prior.bias_variance,
-                "info": self.info}
+        return {
+            "samples": self.samples,
+            "rhat": self.rhat,
+            "ess": self.ess,
+            "prior_variance": self.prior.variance,
+            "bias_variance": self.prior.bias_variance,
+            "info": self.info,
+        }
 
 
-def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4,
-                     num_samples: int = 500, warmup_steps: int = 300, init_scale: float = 1.5,
-                     max_tree_depth: int = 8, seed: int = 0,
-                     progress: Callable[[str], None] | None = None,
-                     progress_every: float = 10.0) -> PosteriorSamples:
+def sample_posterior(
+    model,
+    data,
+    laplace: LaplacePosterior,
+    num_chains: int = 4,
+    num_samples: int = 500,
+    warmup_steps: int = 300,
+    init_scale: float = 1.5,
+    max_tree_depth: int = 8,
+    seed: int = 0,
+    progress: Callable[[str], None] | None = None,
+    progress_every: float = 10.0,
+) -> PosteriorSamples:
     """Draw from ``p(theta | D) propto p(theta) p(D | theta)`` with NUTS.
 
     Args:
@@ -115,15 +132,22 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
     """
     check_model(model)
     batches = as_batches(data, model)
-    for name, v in (("num_chains", num_chains), ("num_samples", num_samples),
-                    ("max_tree_depth", max_tree_depth), ("init_scale", init_scale)):
+    for name, v in (
+        ("num_chains", num_chains),
+        ("num_samples", num_samples),
+        ("max_tree_depth", max_tree_depth),
+        ("init_scale", init_scale),
+    ):
         check_positive(name, v)
     check_positive("warmup_steps", warmup_steps, allow_zero=True)
     if num_chains < 2:
         raise fail("num_chains", "at least 2 (R-hat compares chains)", num_chains)
     if laplace.mean.numel() != n_weights(model) + n_bias(model):
-        raise fail("laplace", f"a posterior over {n_weights(model) + n_bias(model)} coefficients",
-                   laplace.mean.numel())
+        raise fail(
+            "laplace",
+            f"a posterior over {n_weights(model) + n_bias(model)} coefficients",
+            laplace.mean.numel(),
+        )
     prior = laplace.prior
     m, F = laplace.mean, laplace.scale
     prec = prior.precision(n_weights(model), n_bias(model), m)
@@ -140,8 +164,10 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
         if progress is None or (not force and now - clock["last"] < progress_every):
             return
         clock["last"] = now
-        progress(f"NUTS chain {c + 1}/{num_chains}: {stage} {i}/{total}, step size "
-                 f"{float(kernel.step_size):.3g}, {now - clock['start']:.0f} s")
+        progress(
+            f"NUTS chain {c + 1}/{num_chains}: {stage} {i}/{total}, step size "
+            f"{float(kernel.step_size):.3g}, {now - clock['start']:.0f} s"
+        )
 
     # pyro.set_rng_seed reseeds torch, numpy and random globally: restore them after.
     states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
@@ -149,15 +175,27 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
         for c in range(num_chains):
             pyro.set_rng_seed(seed + c)
             z0 = init_scale * torch.randn(F.shape[1], dtype=m.dtype).to(m.device)
-            kernel = NUTS(potential_fn=potential, adapt_step_size=True, adapt_mass_matrix=False,
-                          max_tree_depth=max_tree_depth)
+            kernel = NUTS(
+                potential_fn=potential,
+                adapt_step_size=True,
+                adapt_mass_matrix=False,
+                max_tree_depth=max_tree_depth,
+            )
+
             def hook(kernel, _samples, stage, i, c=c):
                 warm = stage.startswith("Warmup")
-                report(c, kernel, "warmup" if warm else "sample", i + 1,
-                       warmup_steps if warm else num_samples)
+                report(
+                    c, kernel, "warmup" if warm else "sample", i + 1, warmup_steps if warm else num_samples
+                )
 
-            mcmc = MCMC(kernel, num_samples=num_samples, warmup_steps=warmup_steps,
-                        initial_params={"z": z0}, disable_progbar=True, hook_fn=hook)
+            mcmc = MCMC(
+                kernel,
+                num_samples=num_samples,
+                warmup_steps=warmup_steps,
+                initial_params={"z": z0},
+                disable_progbar=True,
+                hook_fn=hook,
+            )
             mcmc.run()
             report(c, kernel, "done: sample", num_samples, num_samples, force=True)
             z = mcmc.get_samples()["z"].detach()
@@ -170,6 +208,12 @@ def sample_posterior(model, data, laplace: LaplacePosterior, num_chains: int = 4
     samples = torch.stack(draws)
     rhat = split_gelman_rubin(samples, chain_dim=0, sample_dim=1)
     ess = effective_sample_size(samples, chain_dim=0, sample_dim=1)
-    info = {"sampler": "NUTS (pyro)", "num_chains": num_chains, "num_samples": num_samples,
-            "warmup_steps": warmup_steps, "step_sizes": steps, "seed": seed}
+    info = {
+        "sampler": "NUTS (pyro)",
+        "num_chains": num_chains,
+        "num_samples": num_samples,
+        "warmup_steps": warmup_steps,
+        "step_sizes": steps,
+        "seed": seed,
+    }
     return PosteriorSamples(samples, rhat, ess, prior, info)

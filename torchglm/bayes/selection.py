@@ -40,8 +40,15 @@ from .metrics import predictive_metrics
 from .prior import GaussianPrior
 from .variational import variational_posterior
 
-__all__ = ["EvidenceFixedPoint", "LambdaCurve", "default_lambdas", "evidence_curve", "evidence_fixed_point",
-           "validation_curve", "variational_curve"]
+__all__ = [
+    "EvidenceFixedPoint",
+    "LambdaCurve",
+    "default_lambdas",
+    "evidence_curve",
+    "evidence_fixed_point",
+    "validation_curve",
+    "variational_curve",
+]
 
 
 @dataclass
@@ -113,8 +120,15 @@ def _maximize(score, grid: list[float], refine_steps: int):
     return values, best_lambda, best, at_boundary, trace
 
 
-def evidence_curve(model, data, lambdas=None, bias_variance: float | None = None,
-                   refine_steps: int = 20, solver: str = "newton", **options) -> LambdaCurve:
+def evidence_curve(
+    model,
+    data,
+    lambdas=None,
+    bias_variance: float | None = None,
+    refine_steps: int = 20,
+    solver: str = "newton",
+    **options,
+) -> LambdaCurve:
     """Laplace log evidence ``ln Z(lambda)`` on a grid, maximized.
 
     Args:
@@ -146,12 +160,12 @@ def evidence_curve(model, data, lambdas=None, bias_variance: float | None = None
         return post.log_evidence
 
     values, best_lambda, best, at_boundary, trace = _maximize(log_z, grid, refine_steps)
-    return LambdaCurve("log_evidence", grid, {"log_evidence": values}, best_lambda, best,
-                       at_boundary, trace)
+    return LambdaCurve("log_evidence", grid, {"log_evidence": values}, best_lambda, best, at_boundary, trace)
 
 
-def validation_curve(model, train, val, lambdas=None, bias_variance: float | None = None,
-                     solver: str = "newton", **options) -> LambdaCurve:
+def validation_curve(
+    model, train, val, lambdas=None, bias_variance: float | None = None, solver: str = "newton", **options
+) -> LambdaCurve:
     """MAP validation NLL and accuracy per ``lambda`` (seed 003); the smallest NLL wins.
 
     Args:
@@ -178,12 +192,20 @@ def validation_curve(model, train, val, lambdas=None, bias_variance: float | Non
         nll.append(m["nll"])
         acc.append(m["accuracy"])
     i = min(range(len(grid)), key=nll.__getitem__)
-    return LambdaCurve("val_nll", grid, {"val_nll": nll, "val_accuracy": acc}, grid[i], nll[i],
-                       i in (0, len(grid) - 1))
+    return LambdaCurve(
+        "val_nll", grid, {"val_nll": nll, "val_accuracy": acc}, grid[i], nll[i], i in (0, len(grid) - 1)
+    )
 
 
-def variational_curve(model, data, lambdas=None, bias_variance: float | None = None,
-                      refine_steps: int = 20, tol: float = 1e-9, max_iter: int = 1000) -> LambdaCurve:
+def variational_curve(
+    model,
+    data,
+    lambdas=None,
+    bias_variance: float | None = None,
+    refine_steps: int = 20,
+    tol: float = 1e-9,
+    max_iter: int = 1000,
+) -> LambdaCurve:
     """The Jaakkola-Jordan evidence lower bound (PRML 10.159) per ``lambda``, maximized
     on the grid and by golden-section search between the best point's neighbours.
 
@@ -202,8 +224,9 @@ def variational_curve(model, data, lambdas=None, bias_variance: float | None = N
     grid = _check_grid(default_lambdas() if lambdas is None else lambdas)
 
     def bound(lam: float) -> float:
-        return variational_posterior(model, data, GaussianPrior(lam, bias_variance), tol=tol,
-                                     max_iter=max_iter).elbo
+        return variational_posterior(
+            model, data, GaussianPrior(lam, bias_variance), tol=tol, max_iter=max_iter
+        ).elbo
 
     values, best_lambda, best, at_boundary, trace = _maximize(bound, grid, refine_steps)
     return LambdaCurve("elbo", grid, {"elbo": values}, best_lambda, best, at_boundary, trace)
@@ -228,9 +251,16 @@ class EvidenceFixedPoint:
     history: list[tuple[float, float, float]]
 
 
-def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance: float | None = None,
-                         lambda_tol: float = 1e-8, max_iter: int = 200, solver: str = "newton",
-                         **options) -> EvidenceFixedPoint:
+def evidence_fixed_point(
+    model,
+    data,
+    prior_variance: float = 1.0,
+    bias_variance: float | None = None,
+    lambda_tol: float = 1e-8,
+    max_iter: int = 200,
+    solver: str = "newton",
+    **options,
+) -> EvidenceFixedPoint:
     """MacKay's fixed-point maximization of the Laplace evidence over ``lambda``.
 
     With ``alpha = 1 / lambda``, setting ``d ln Z / d alpha = 0`` while holding the
@@ -271,8 +301,11 @@ def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance
         gamma = m - float(torch.diagonal(post.covariance)[:m].sum()) / lam
         history.append((lam, gamma, post.log_evidence))
         if not w2 > 0 or not gamma > 0:
-            raise fail("data", "a MAP with non-zero weights (the evidence has an interior maximum)",
-                       f"||w*||^2 = {w2:.3g}, gamma = {gamma:.3g}")
+            raise fail(
+                "data",
+                "a MAP with non-zero weights (the evidence has an interior maximum)",
+                f"||w*||^2 = {w2:.3g}, gamma = {gamma:.3g}",
+            )
         new = w2 / gamma
         done = abs(math.log(new) - math.log(lam)) <= lambda_tol
         lam = new
@@ -282,6 +315,5 @@ def evidence_fixed_point(model, data, prior_variance: float = 1.0, bias_variance
     post = laplace_posterior(work, data, GaussianPrior(lam, bias_variance), solver=solver, **options)
     gamma = m - float(torch.diagonal(post.covariance)[:m].sum()) / lam
     if not converged:
-        warn(f"evidence_fixed_point: max_iter={max_iter} reached at lambda={lam:.6g}",
-                      ConvergenceWarning)
+        warn(f"evidence_fixed_point: max_iter={max_iter} reached at lambda={lam:.6g}", ConvergenceWarning)
     return EvidenceFixedPoint(lam, post.log_evidence, gamma, converged, history)

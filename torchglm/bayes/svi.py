@@ -83,10 +83,18 @@ class SVIPosterior(GaussianDraws):
 
     def state_dict(self) -> dict:
         """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
-        return {"mean": self.mean, "covariance": self.covariance, "scale": self.scale,
-                "elbo": self.elbo, "elbo_se": self.elbo_se, "prior_variance": self.prior.variance,
-                "bias_variance": self.prior.bias_variance, "shape": self.shape,
-                "history": self.history, "info": self.info}
+        return {
+            "mean": self.mean,
+            "covariance": self.covariance,
+            "scale": self.scale,
+            "elbo": self.elbo,
+            "elbo_se": self.elbo_se,
+            "prior_variance": self.prior.variance,
+            "bias_variance": self.prior.bias_variance,
+            "shape": self.shape,
+            "history": self.history,
+            "info": self.info,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "SVIPosterior":
@@ -112,9 +120,19 @@ def _log_joint(model, batches, m, F, prec, const):
     return log_joint
 
 
-def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: LaplacePosterior | None = None,
-                  num_steps: int = 600, num_particles: int = 32, lr: float = 0.02, final_lr: float = 0.001,
-                  average_last: float = 0.25, elbo_draws: int = 4000, seed: int = 0) -> SVIPosterior:
+def svi_posterior(
+    model,
+    data,
+    prior: GaussianPrior | None = None,
+    laplace: LaplacePosterior | None = None,
+    num_steps: int = 600,
+    num_particles: int = 32,
+    lr: float = 0.02,
+    final_lr: float = 0.001,
+    average_last: float = 0.25,
+    elbo_draws: int = 4000,
+    seed: int = 0,
+) -> SVIPosterior:
     """Full-rank Gaussian variational posterior ``q(theta) = N(mean, S)`` of a logistic,
     probit or softmax model by stochastic variational inference (Pyro).
 
@@ -162,8 +180,13 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
     """
     check_model(model)
     batches = as_batches(data, model)
-    for name, v in (("num_steps", num_steps), ("num_particles", num_particles), ("lr", lr),
-                    ("final_lr", final_lr), ("elbo_draws", elbo_draws)):
+    for name, v in (
+        ("num_steps", num_steps),
+        ("num_particles", num_particles),
+        ("lr", lr),
+        ("final_lr", final_lr),
+        ("elbo_draws", elbo_draws),
+    ):
         check_positive(name, v)
     if final_lr > lr:
         raise fail("final_lr", f"at most lr={lr:g} (the learning rate decays)", final_lr)
@@ -176,8 +199,11 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
     p = n_weights(model) + n_bias(model)
     if laplace is None:
         if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
-            raise fail("laplace", "a LaplacePosterior to start from when data are batches "
-                       "(the MAP fit needs tensors)", None)
+            raise fail(
+                "laplace",
+                "a LaplacePosterior to start from when data are batches (the MAP fit needs tensors)",
+                None,
+            )
         work = copy.deepcopy(model)
         laplace = laplace_posterior(work, data, prior if prior is not None else GaussianPrior(1.0))
     elif not isinstance(laplace, LaplacePosterior):
@@ -202,8 +228,9 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
 
     def guide():
         loc = pyro.param("loc", torch.zeros(r, dtype=m.dtype, device=m.device))
-        tril = pyro.param("scale_tril", torch.eye(r, dtype=m.dtype, device=m.device),
-                          constraint=constraints.lower_cholesky)
+        tril = pyro.param(
+            "scale_tril", torch.eye(r, dtype=m.dtype, device=m.device), constraint=constraints.lower_cholesky
+        )
         pyro.sample("z", dist.MultivariateNormal(loc, scale_tril=tril))
 
     # lr_t = lr * lrd^t reaches final_lr at the last step.
@@ -217,8 +244,12 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
     try:
         with pyro.get_param_store().scope():
             pyro.set_rng_seed(seed)
-            svi = SVI(target, guide, ClippedAdam({"lr": lr, "lrd": lrd, "clip_norm": 10.0}),
-                      Trace_ELBO(num_particles=num_particles, vectorize_particles=True, max_plate_nesting=0))
+            svi = SVI(
+                target,
+                guide,
+                ClippedAdam({"lr": lr, "lrd": lrd, "clip_norm": 10.0}),
+                Trace_ELBO(num_particles=num_particles, vectorize_particles=True, max_plate_nesting=0),
+            )
             loc_sum = tril_sum = None
             for step in range(num_steps):
                 loss = svi.step()
@@ -237,13 +268,29 @@ def svi_posterior(model, data, prior: GaussianPrior | None = None, laplace: Lapl
         np.random.set_state(states[1])
         random.setstate(states[2])
     scale = F @ L
-    info = {"method": "SVI (pyro Trace_ELBO), full-rank Gaussian guide whitened by Laplace",
-            "num_steps": num_steps, "num_particles": num_particles, "lr": lr, "final_lr": final_lr,
-            "average_last": average_last, "elbo_draws": elbo_draws, "seed": seed,
-            "laplace_log_evidence": laplace.log_evidence, "wall_s": time.perf_counter() - start}
-    return SVIPosterior(mean=m + F @ mu, covariance=scale @ scale.T, scale=scale, elbo=elbo, elbo_se=elbo_se,
-                        prior=prior, shape=(model.n_outputs, model.n_features, model.n_bias > 0),
-                        history=history, info=info)
+    info = {
+        "method": "SVI (pyro Trace_ELBO), full-rank Gaussian guide whitened by Laplace",
+        "num_steps": num_steps,
+        "num_particles": num_particles,
+        "lr": lr,
+        "final_lr": final_lr,
+        "average_last": average_last,
+        "elbo_draws": elbo_draws,
+        "seed": seed,
+        "laplace_log_evidence": laplace.log_evidence,
+        "wall_s": time.perf_counter() - start,
+    }
+    return SVIPosterior(
+        mean=m + F @ mu,
+        covariance=scale @ scale.T,
+        scale=scale,
+        elbo=elbo,
+        elbo_se=elbo_se,
+        prior=prior,
+        shape=(model.n_outputs, model.n_features, model.n_bias > 0),
+        history=history,
+        info=info,
+    )
 
 
 def _elbo(log_joint, mu: torch.Tensor, L: torch.Tensor, draws: int, seed: int, chunk: int = 500):
@@ -253,7 +300,9 @@ def _elbo(log_joint, mu: torch.Tensor, L: torch.Tensor, draws: int, seed: int, c
     values = []
     with torch.no_grad():
         for s in range(0, draws, chunk):
-            eps = torch.randn(min(chunk, draws - s), mu.shape[0], generator=g, dtype=mu.dtype, device=mu.device)
+            eps = torch.randn(
+                min(chunk, draws - s), mu.shape[0], generator=g, dtype=mu.dtype, device=mu.device
+            )
             values.append(log_joint(mu + eps @ L.T))
     v = torch.cat(values)
     r = mu.shape[0]

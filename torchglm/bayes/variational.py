@@ -64,8 +64,9 @@ def jj_lambda(xi: torch.Tensor) -> torch.Tensor:
     return torch.where(small, 0.125 - xi * xi / 96.0, torch.tanh(safe / 2) / (4 * safe))
 
 
-def local_xi(mean: torch.Tensor, covariance: torch.Tensor, x_tilde: torch.Tensor,
-             offset: torch.Tensor | None = None) -> torch.Tensor:
+def local_xi(
+    mean: torch.Tensor, covariance: torch.Tensor, x_tilde: torch.Tensor, offset: torch.Tensor | None = None
+) -> torch.Tensor:
     """The optimal local parameters ``xi_i = sqrt((m^T x~_i + o_i)^2 + x~_i^T S x~_i)``
     (PRML 10.163, with an offset): the maximizer of the bound over ``xi`` for fixed ``q``.
 
@@ -113,9 +114,16 @@ class VariationalPosterior(GaussianDraws):
 
     def state_dict(self) -> dict:
         """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
-        return {"mean": self.mean, "covariance": self.covariance, "precision": self.precision,
-                "scale": self.scale, "elbo": self.elbo, "prior_variance": self.prior.variance,
-                "bias_variance": self.prior.bias_variance, "shape": self.shape}
+        return {
+            "mean": self.mean,
+            "covariance": self.covariance,
+            "precision": self.precision,
+            "scale": self.scale,
+            "elbo": self.elbo,
+            "prior_variance": self.prior.variance,
+            "bias_variance": self.prior.bias_variance,
+            "shape": self.shape,
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "VariationalPosterior":
@@ -134,8 +142,16 @@ class _JaakkolaJordan(Fitter):
     """One pass: ``xi`` from the current ``q``, the sums ``(A, r, c)``, all-reduced;
     then ``q`` (and optionally ``lambda_w``) in closed form and the bound."""
 
-    def __init__(self, prior: GaussianPrior, m: int, k: int, bias: bool, optimize_prior: bool,
-                 tol: float, max_iter: int):
+    def __init__(
+        self,
+        prior: GaussianPrior,
+        m: int,
+        k: int,
+        bias: bool,
+        optimize_prior: bool,
+        tol: float,
+        max_iter: int,
+    ):
         self.prior, self.m, self.k, self.bias = prior, m, k, bias
         self.optimize_prior, self.tol, self.max_iter = optimize_prior, tol, max_iter
         self.mean = self.cov = self.prec_q = None
@@ -151,7 +167,7 @@ class _JaakkolaJordan(Fitter):
         t = batch.y.to(xt.dtype)
         o = None if batch.offset is None else batch.offset.to(xt.dtype)
         if self.mean is None:
-            xi = torch.zeros_like(t)     # first pass: lambda(0) = 1/8, the bound's largest curvature
+            xi = torch.zeros_like(t)  # first pass: lambda(0) = 1/8, the bound's largest curvature
         else:
             xi = local_xi(self.mean, self.cov, xt, o)
         lam = jj_lambda(xi)
@@ -177,7 +193,9 @@ class _JaakkolaJordan(Fitter):
         second = S + torch.outer(m, m)
         e_lnh = self.c + self.r @ m - 0.5 * (A * second).sum()
         proper = P > 0
-        e_lnp = 0.5 * (torch.log(P[proper] / (2 * math.pi)) - P[proper] * torch.diagonal(second)[proper]).sum()
+        e_lnp = (
+            0.5 * (torch.log(P[proper] / (2 * math.pi)) - P[proper] * torch.diagonal(second)[proper]).sum()
+        )
         entropy = 0.5 * D * math.log(2 * math.pi * math.e) + self.half_logdet_S
         return float(e_lnh + e_lnp + entropy)
 
@@ -187,8 +205,11 @@ class _JaakkolaJordan(Fitter):
         prec = self.A + torch.diag(P)
         L, info = torch.linalg.cholesky_ex(prec)
         if int(info) != 0:
-            raise fail("variational precision S^{-1}", "positive definite (give the bias a finite "
-                       "prior variance, or drop constant columns)", f"a non-positive pivot at index {int(info) - 1}")
+            raise fail(
+                "variational precision S^{-1}",
+                "positive definite (give the bias a finite prior variance, or drop constant columns)",
+                f"a non-positive pivot at index {int(info) - 1}",
+            )
         eye = torch.eye(prec.shape[0], dtype=prec.dtype, device=prec.device)
         L_inv = torch.linalg.solve_triangular(L, eye, upper=False)
         # S^{-1} = L L^T, so S = L^{-T} L^{-1} and (1/2) ln|S| = -sum ln diag(L).
@@ -196,9 +217,14 @@ class _JaakkolaJordan(Fitter):
         self.scale = L_inv.T
         self.cov = self.scale @ self.scale.T
         self.mean = self.cov @ self.r
-        change = math.inf if old_mean is None else max(
-            float((self.mean - old_mean).abs().max()) / (1.0 + float(self.mean.abs().max())),
-            float((self.cov - old_cov).abs().max()) / float(self.cov.abs().max()))
+        change = (
+            math.inf
+            if old_mean is None
+            else max(
+                float((self.mean - old_mean).abs().max()) / (1.0 + float(self.mean.abs().max())),
+                float((self.cov - old_cov).abs().max()) / float(self.cov.abs().max()),
+            )
+        )
         self.prec_q = prec
         self.half_logdet_S = -torch.log(torch.diagonal(L)).sum()
         if self.optimize_prior:
@@ -216,8 +242,10 @@ class _JaakkolaJordan(Fitter):
             self.result.message = f"relative change of (m, S) <= tol={self.tol:g}"
         elif self.result.n_iter >= self.max_iter:
             self.done = True
-            self.result.message = (f"max_iter={self.max_iter} reached; relative change of (m, S) {change:.3g}, "
-                                   f"of the bound {elbo - prev:.3g}")
+            self.result.message = (
+                f"max_iter={self.max_iter} reached; relative change of (m, S) {change:.3g}, "
+                f"of the bound {elbo - prev:.3g}"
+            )
         return self.done
 
 
@@ -228,8 +256,14 @@ def has_jj_bound(model) -> bool:
     return not fam.multi_output and fam.name == "bernoulli" and fam.link.eta_is_log_odds
 
 
-def variational_posterior(model, data, prior: GaussianPrior | None = None, optimize_prior: bool = False,
-                          tol: float = 1e-9, max_iter: int = 1000) -> VariationalPosterior:
+def variational_posterior(
+    model,
+    data,
+    prior: GaussianPrior | None = None,
+    optimize_prior: bool = False,
+    tol: float = 1e-9,
+    max_iter: int = 1000,
+) -> VariationalPosterior:
     """Jaakkola-Jordan variational posterior ``q(theta) = N(m, S)`` of a logistic
     regression, its evidence lower bound, and optionally ``lambda`` maximizing it.
 
@@ -267,8 +301,11 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
     """
     check_model(model)
     if not has_jj_bound(model):
-        raise fail("model", "a logistic regression (bernoulli family, logit link) for the "
-                   "Jaakkola-Jordan bound", f"{model.family.name} with the '{model.family.link.name}' link")
+        raise fail(
+            "model",
+            "a logistic regression (bernoulli family, logit link) for the Jaakkola-Jordan bound",
+            f"{model.family.name} with the '{model.family.link.name}' link",
+        )
     check_positive("tol", tol)
     check_positive("max_iter", max_iter)
     if prior is None:
@@ -276,14 +313,21 @@ def variational_posterior(model, data, prior: GaussianPrior | None = None, optim
     if not isinstance(prior, GaussianPrior):
         raise fail("prior", "a GaussianPrior", type(prior).__name__)
     batches = as_batches(data, model)
-    fitter = _JaakkolaJordan(prior, n_weights(model), n_bias(model), model.has_intercept,
-                             optimize_prior, tol, int(max_iter))
+    fitter = _JaakkolaJordan(
+        prior, n_weights(model), n_bias(model), model.has_intercept, optimize_prior, tol, int(max_iter)
+    )
     result = run_passes(fitter, batches, int(max_iter))
     if fitter.mean is None:
         raise fail("data", "at least one batch", "no batches")
     if not result.converged:
         warn(f"variational_posterior: {result.message}", ConvergenceWarning)
     return VariationalPosterior(
-        mean=fitter.mean, covariance=fitter.cov, precision=fitter.prec_q, scale=fitter.scale,
-        elbo=fitter.elbo, prior=fitter.prior,
-        shape=(model.n_outputs, model.n_features, model.has_intercept), result=result)
+        mean=fitter.mean,
+        covariance=fitter.cov,
+        precision=fitter.prec_q,
+        scale=fitter.scale,
+        elbo=fitter.elbo,
+        prior=fitter.prior,
+        shape=(model.n_outputs, model.n_features, model.has_intercept),
+        result=result,
+    )

@@ -9,8 +9,16 @@ from .dataset import Dataset
 from .datasets import DATASETS, load_dataset
 from .files import Table, read_table
 
-__all__ = ["Batch", "TensorBatches", "DATASETS", "Dataset", "load_dataset", "Table", "read_table",
-           "GLMDataModule"]
+__all__ = [
+    "Batch",
+    "TensorBatches",
+    "DATASETS",
+    "Dataset",
+    "load_dataset",
+    "Table",
+    "read_table",
+    "GLMDataModule",
+]
 
 
 def __getattr__(name):

@@ -22,14 +22,21 @@ from .simulate import glm_dataset
 
 __all__ = ["Dataset", "DATASETS", "load_dataset", "gaussian_classes", "moons", "xor"]
 
+
 def _sklearn(loader: str, task: Task) -> Callable[[], Dataset]:
     def load() -> Dataset:
         import sklearn.datasets
 
         bunch = getattr(sklearn.datasets, loader)()
         n_classes = int(np.max(bunch.target)) + 1 if task == "classification" else None
-        return Dataset(np.asarray(bunch.data, dtype=np.float64), np.asarray(bunch.target), task, n_classes,
-                       [str(n) for n in bunch.feature_names], f"scikit-learn {loader}()")
+        return Dataset(
+            np.asarray(bunch.data, dtype=np.float64),
+            np.asarray(bunch.target),
+            task,
+            n_classes,
+            [str(n) for n in bunch.feature_names],
+            f"scikit-learn {loader}()",
+        )
 
     load.__doc__ = f"scikit-learn's shipped ``{loader}()`` ({task})."
     return load
@@ -66,8 +73,11 @@ def gaussian_classes(
         seed: random seed.
     """
     if n_classes < 2 or n_features < 1 or n_samples < n_classes:
-        raise fail("gaussian_classes", "n_classes >= 2, n_features >= 1, n_samples >= n_classes",
-                   (n_samples, n_classes, n_features))
+        raise fail(
+            "gaussian_classes",
+            "n_classes >= 2, n_features >= 1, n_samples >= n_classes",
+            (n_samples, n_classes, n_features),
+        )
     rng = np.random.default_rng(seed)
     if means is None:
         angle = 2 * np.pi * np.arange(n_classes) / n_classes
@@ -80,13 +90,20 @@ def gaussian_classes(
     if covariances is None:
         base = 0.5 * np.eye(n_features) + 0.5 * np.full((n_features, n_features), 0.6)
         np.fill_diagonal(base, 1.0)
-        scales = np.ones(n_classes) if shared_covariance else 0.4 + 1.2 * np.arange(n_classes) / max(n_classes - 1, 1)
+        scales = (
+            np.ones(n_classes)
+            if shared_covariance
+            else 0.4 + 1.2 * np.arange(n_classes) / max(n_classes - 1, 1)
+        )
         cov = np.stack([s * base for s in scales])
     else:
         cov = np.asarray(covariances, dtype=np.float64)
     if mu.shape != (n_classes, n_features) or cov.shape != (n_classes, n_features, n_features):
-        raise fail("gaussian_classes means/covariances", f"shapes ({n_classes}, {n_features}) and "
-                   f"({n_classes}, {n_features}, {n_features})", (mu.shape, cov.shape))
+        raise fail(
+            "gaussian_classes means/covariances",
+            f"shapes ({n_classes}, {n_features}) and ({n_classes}, {n_features}, {n_features})",
+            (mu.shape, cov.shape),
+        )
     p = np.full(n_classes, 1.0 / n_classes) if priors is None else np.asarray(priors, dtype=np.float64)
     y = rng.choice(n_classes, size=n_samples, p=p / p.sum())
     x = np.empty((n_samples, n_features))
@@ -94,8 +111,13 @@ def gaussian_classes(
         idx = np.flatnonzero(y == k)
         x[idx] = rng.multivariate_normal(mu[k], cov[k], size=idx.size)
     kind = "shared" if covariances is None and shared_covariance else "given/different"
-    return Dataset(x, y, "classification", n_classes,
-                   description=f"{n_classes} Gaussian classes, {kind} covariance, seed {seed}")
+    return Dataset(
+        x,
+        y,
+        "classification",
+        n_classes,
+        description=f"{n_classes} Gaussian classes, {kind} covariance, seed {seed}",
+    )
 
 
 def moons(n_samples: int = 400, noise: float = 0.2, seed: int = 0) -> Dataset:
@@ -134,8 +156,12 @@ DATASETS: dict[str, Callable[..., Dataset]] = {
 
 # Data simulated from each single-output GLM family (``glm_poisson`` etc.; options:
 # link, n_samples, n_features, dispersion, seed).
-DATASETS.update({f"glm_{f}": partial(glm_dataset, f)
-                 for f in ("gaussian", "bernoulli", "binomial", "poisson", "gamma", "exponential")})
+DATASETS.update(
+    {
+        f"glm_{f}": partial(glm_dataset, f)
+        for f in ("gaussian", "bernoulli", "binomial", "poisson", "gamma", "exponential")
+    }
+)
 
 
 def _movie_reviews(min_count: int = 2, max_size: int | None = None, include_plots: bool = False) -> Dataset:
@@ -154,8 +180,12 @@ def load_dataset(name: str, **options) -> Dataset:
         InputError: unknown name or options the loader does not take.
     """
     if name not in DATASETS:
-        raise fail("source", f"a data file path or a built-in dataset (one of {sorted(DATASETS)})", repr(name))
+        raise fail(
+            "source", f"a data file path or a built-in dataset (one of {sorted(DATASETS)})", repr(name)
+        )
     try:
         return DATASETS[name](**options)
     except TypeError as err:
-        raise fail(f"dataset_options for '{name}'", "options the dataset's loader accepts", str(err)) from None
+        raise fail(
+            f"dataset_options for '{name}'", "options the dataset's loader accepts", str(err)
+        ) from None

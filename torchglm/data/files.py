@@ -51,8 +51,12 @@ class Table:
     feature_names: list[str]
 
 
-def read_table(path: str | Path, target: str | int | None = None,
-               features: Sequence[str] | None = None, require_target: bool = True) -> Table:
+def read_table(
+    path: str | Path,
+    target: str | int | None = None,
+    features: Sequence[str] | None = None,
+    require_target: bool = True,
+) -> Table:
     """Read a CSV, NPZ or NPY file into a :class:`Table`.
 
     Args:
@@ -105,7 +109,9 @@ def _read_csv(path: Path) -> tuple[list[str], list[np.ndarray]]:
         raise fail("data file", "a readable CSV text file", f"'{path}' ({err})") from None
     rows = [r for r in rows if r and any(c.strip() for c in r)]
     if len(rows) < 2:
-        raise fail("data file", "a CSV header row and at least one data row", f"'{path}' with {len(rows)} rows")
+        raise fail(
+            "data file", "a CSV header row and at least one data row", f"'{path}' with {len(rows)} rows"
+        )
     names = [c.strip() for c in rows[0]]
     width = len(names)
     for i, row in enumerate(rows[1:], start=2):
@@ -130,8 +136,9 @@ def _is_float(cell: str) -> bool:
     return True
 
 
-def _from_columns(path: Path, names: list[str], columns: list[np.ndarray], target, features,
-                  require_target: bool) -> Table:
+def _from_columns(
+    path: Path, names: list[str], columns: list[np.ndarray], target, features, require_target: bool
+) -> Table:
     target = "y" if target is None else str(target)
     if len(set(names)) != len(names):
         raise fail(f"data file '{path}'", "unique column names", names)
@@ -158,7 +165,9 @@ def _from_npz(path: Path, arrays: dict[str, np.ndarray], target, features, requi
     if "X" in arrays:
         x = _numeric(path, "X", arrays["X"])
         if x.ndim != 2:
-            raise fail(f"data file '{path}' array 'X'", "a 2-D array (n_samples, n_features)", f"shape {x.shape}")
+            raise fail(
+                f"data file '{path}' array 'X'", "a 2-D array (n_samples, n_features)", f"shape {x.shape}"
+            )
         names = [f"x{j}" for j in range(x.shape[1])]
         y = None
         if target in arrays:
@@ -166,8 +175,11 @@ def _from_npz(path: Path, arrays: dict[str, np.ndarray], target, features, requi
             if y.ndim != 1:
                 raise fail(f"data file '{path}' array '{target}'", "a 1-D target array", f"shape {y.shape}")
             if len(y) != len(x):
-                raise fail(f"data file '{path}'", "X and the target with the same number of rows",
-                           f"X={len(x)}, {target}={len(y)}")
+                raise fail(
+                    f"data file '{path}'",
+                    "X and the target with the same number of rows",
+                    f"X={len(x)}, {target}={len(y)}",
+                )
         elif require_target:
             raise fail("target", f"an array of '{path}' (one of {sorted(arrays)})", repr(target))
         if features is not None:
@@ -184,7 +196,9 @@ def _from_npz(path: Path, arrays: dict[str, np.ndarray], target, features, requi
     for n in names:
         col = _numeric(path, n, arrays[n])
         if col.ndim != 1:
-            raise fail(f"data file '{path}' array '{n}'", "an 'X' array or 1-D column arrays", f"shape {col.shape}")
+            raise fail(
+                f"data file '{path}' array '{n}'", "an 'X' array or 1-D column arrays", f"shape {col.shape}"
+            )
         columns.append(col)
     return _from_columns(path, names, columns, target, features, require_target)
 
@@ -196,8 +210,9 @@ def _from_npy(path: Path, arr: np.ndarray, target, features, require_target: boo
         return _from_columns(path, names, columns, target, features, require_target)
     x = _numeric(path, "array", arr)
     if x.ndim != 2 or x.shape[1] < 1 + require_target:
-        raise fail(f"data file '{path}'", "a 2-D array with feature columns and a target column",
-                   f"shape {x.shape}")
+        raise fail(
+            f"data file '{path}'", "a 2-D array with feature columns and a target column", f"shape {x.shape}"
+        )
     names = [f"x{j}" for j in range(x.shape[1])]
     if target is None:
         col = x.shape[1] - 1

@@ -51,8 +51,11 @@ class _NpyFile:
         with open(path, "rb") as f:
             try:
                 version = np.lib.format.read_magic(f)
-                read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
-                               else np.lib.format.read_array_header_2_0)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
                 shape, fortran, dtype = read_header(f)
             except ValueError as exc:
                 raise fail(what, "a .npy file", f"{path.name} ({exc})") from None
@@ -86,8 +89,16 @@ class NpyBatches:
         InputError: for a missing or malformed file or mismatched shapes.
     """
 
-    def __init__(self, x_path, y_path, batch_size: int = 65536, dtype=torch.float64,
-                 classification: bool = True, device="cpu", shard: bool = True):
+    def __init__(
+        self,
+        x_path,
+        y_path,
+        batch_size: int = 65536,
+        dtype=torch.float64,
+        classification: bool = True,
+        device="cpu",
+        shard: bool = True,
+    ):
         check_positive("batch_size", batch_size)
         self.x = _NpyFile(_existing(x_path, "x_path"), "x_path")
         self.y = _NpyFile(_existing(y_path, "y_path"), "y_path")
@@ -110,8 +121,9 @@ class NpyBatches:
         with open(self.x.path, "rb") as fx, open(self.y.path, "rb") as fy:
             for i in range(self.start, self.stop, self.batch_size):
                 j = min(i + self.batch_size, self.stop)
-                yield _to_batch(self.x.rows(fx, i, j), self.y.rows(fy, i, j), self.dtype,
-                                self.device, self.classification)
+                yield _to_batch(
+                    self.x.rows(fx, i, j), self.y.rows(fy, i, j), self.dtype, self.device, self.classification
+                )
 
 
 class _TableBatches:
@@ -138,7 +150,9 @@ class _TableBatches:
                 continue
             part = frame.iloc[lo:hi]
             if self.target not in part.columns:
-                raise fail("target", f"a column of {self.path.name} ({list(part.columns)})", repr(self.target))
+                raise fail(
+                    "target", f"a column of {self.path.name} ({list(part.columns)})", repr(self.target)
+                )
             x = part.drop(columns=[self.target]).to_numpy(dtype=np.float64)
             yield _to_batch(x, part[self.target].to_numpy(), self.dtype, self.device, self.classification)
 
@@ -146,8 +160,16 @@ class _TableBatches:
 class ParquetBatches(_TableBatches):
     """Batches from a Parquet file, read ``batch_size`` rows at a time with pyarrow."""
 
-    def __init__(self, path, target: str, batch_size: int = 65536, dtype=torch.float64,
-                 classification: bool = True, device="cpu", shard: bool = True):
+    def __init__(
+        self,
+        path,
+        target: str,
+        batch_size: int = 65536,
+        dtype=torch.float64,
+        classification: bool = True,
+        device="cpu",
+        shard: bool = True,
+    ):
         super().__init__(path, target, batch_size, dtype, classification, device, shard)
         pq = optional_import("pyarrow.parquet", "ParquetBatches", "parquet")
 
@@ -162,8 +184,16 @@ class ParquetBatches(_TableBatches):
 class CSVBatches(_TableBatches):
     """Batches from a CSV file with a header row, read in chunks with pandas."""
 
-    def __init__(self, path, target: str, batch_size: int = 65536, dtype=torch.float64,
-                 classification: bool = True, device="cpu", shard: bool = True):
+    def __init__(
+        self,
+        path,
+        target: str,
+        batch_size: int = 65536,
+        dtype=torch.float64,
+        classification: bool = True,
+        device="cpu",
+        shard: bool = True,
+    ):
         super().__init__(path, target, batch_size, dtype, classification, device, shard)
         with open(self.path, "rb") as f:
             self.n_rows = max(sum(1 for _ in f) - 1, 0)

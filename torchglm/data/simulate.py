@@ -124,8 +124,14 @@ def simulate_glm(
     return SimulatedGLM(x, y, weight, coef, float(w0), float(phi))
 
 
-def glm_dataset(family: str, link: str | None = None, n_samples: int = 1000, n_features: int = 3,
-                dispersion: float | None = None, seed: int = 0):
+def glm_dataset(
+    family: str,
+    link: str | None = None,
+    n_samples: int = 1000,
+    n_features: int = 3,
+    dispersion: float | None = None,
+    seed: int = 0,
+):
     """:func:`simulate_glm` as a built-in dataset (``source: glm_<family>`` in a config).
 
     The data module has no weight column, so the binomial dataset has one trial
@@ -135,10 +141,13 @@ def glm_dataset(family: str, link: str | None = None, n_samples: int = 1000, n_f
         A :class:`torchglm.data.Dataset`; the true coefficients are in
         its ``description``.
     """
-    sim = simulate_glm(family, link, n_samples, n_features, dispersion,
-                       trials=1 if family == "binomial" else None, seed=seed)
+    sim = simulate_glm(
+        family, link, n_samples, n_features, dispersion, trials=1 if family == "binomial" else None, seed=seed
+    )
     fam = get_family(family, link)
     task = "classification" if fam.is_classifier else "regression"
-    desc = (f"simulated {fam.name} GLM ({fam.link.name} link), seed {seed}: intercept "
-            f"{sim.intercept:g}, coef {np.round(sim.coef, 6).tolist()}, dispersion {sim.dispersion:g}")
+    desc = (
+        f"simulated {fam.name} GLM ({fam.link.name} link), seed {seed}: intercept "
+        f"{sim.intercept:g}, coef {np.round(sim.coef, 6).tolist()}, dispersion {sim.dispersion:g}"
+    )
     return Dataset(sim.x, sim.y, task, 2 if task == "classification" else None, description=desc)

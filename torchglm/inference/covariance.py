@@ -73,8 +73,11 @@ def _pearson_scale(pearson: float, df_resid: float) -> float:
     ``glm_results``)."""
     if df_resid > 0:
         return pearson / df_resid
-    warn(f"df_resid = {df_resid:g}: no residual degrees of freedom, the dispersion "
-         "(scale) is undefined; standard errors and tests are inf/nan", RuntimeWarning)
+    warn(
+        f"df_resid = {df_resid:g}: no residual degrees of freedom, the dispersion "
+        "(scale) is undefined; standard errors and tests are inf/nan",
+        RuntimeWarning,
+    )
     return math.inf if pearson > 0 else math.nan
 
 
@@ -85,8 +88,9 @@ def _wald(params, cov, unident, use_t: bool, df_resid: float, alpha: float):
     bse = var.sqrt()
     statistic = params / bse
     if use_t:
-        pvalues = torch.as_tensor(2 * stats.t.sf(statistic.abs().cpu().numpy(), df_resid),
-                                  dtype=params.dtype).to(params.device)
+        pvalues = torch.as_tensor(
+            2 * stats.t.sf(statistic.abs().cpu().numpy(), df_resid), dtype=params.dtype
+        ).to(params.device)
         q = float(stats.t.ppf(1 - alpha / 2, df_resid))
     else:
         # exp(log_ndtr) keeps the far tail (ndtr(-|z|) underflows to 0 near |z| = 8)

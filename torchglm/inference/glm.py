@@ -94,8 +94,9 @@ def glm_results(
         intercept ...
         ==============================================================================
     """
-    batches, feature_names, information = _inputs(model, x, y, weight, offset, batches, fit_result,
-                                                  information, alpha, feature_names)
+    batches, feature_names, information = _inputs(
+        model, x, y, weight, offset, batches, fit_result, information, alpha, feature_names
+    )
     grad, H = _curvature(model, batches, information, dtype)
     stats_of = _categorical_stats if model.family.multi_output else _scalar_stats
     fs = stats_of(model, batches, dtype, feature_names)
@@ -165,8 +166,11 @@ def _curvature(model, batches, information: str, dtype):
     """Gradient and Hessian ``H`` of the objective (a weighted mean) at the estimate."""
     _, grad, H = hessian_and_gradient(model, batches, expected=information == "expected", dtype=dtype)
     if not bool(torch.isfinite(H).all()):
-        raise fail("model", "parameters where the likelihood and its curvature are finite (a fitted model)",
-                   "a non-finite Hessian: eta lies outside the family's mean domain")
+        raise fail(
+            "model",
+            "parameters where the likelihood and its curvature are finite (a fitted model)",
+            "a non-finite Hessian: eta lies outside the family's mean domain",
+        )
     return grad, H
 
 
@@ -204,17 +208,33 @@ def _estimate(model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float
     if fs.scale_from_pearson:
         scale = _pearson_scale(fs.pearson, df_resid)
         llf_scale = fs.pearson / fs.nobs if fs.concentrated else scale
-        fs = fs._replace(scale=scale, llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
-                         llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)))
+        fs = fs._replace(
+            scale=scale,
+            llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
+            llnull=float(_log_likelihood(model, batches, dtype, scale, intercept=fs.null_b0)),
+        )
     cov = fs.scale * (J @ ident.inverse @ J.T)
     bse, statistic, pvalues, conf_int = _wald(params, cov, unident, use_t, df_resid, alpha)
     # R's logLik: the dispersion at its MLE (RSS / n for the Gaussian, every link);
     # statsmodels' llf uses the Pearson scale except for the Gaussian identity link.
     phi = model.family.mle_dispersion(fs.pearson, fs.nobs) if fs.scale_from_pearson else None
-    llf_mle = fs.llf if phi is None or fs.concentrated else float(
-        _log_likelihood(model, batches, dtype, phi))
-    return _Estimate(fs, ident, J, params, cov, bse, statistic, pvalues, conf_int, unident, rank,
-                     df_model, df_resid, llf_mle)
+    llf_mle = fs.llf if phi is None or fs.concentrated else float(_log_likelihood(model, batches, dtype, phi))
+    return _Estimate(
+        fs,
+        ident,
+        J,
+        params,
+        cov,
+        bse,
+        statistic,
+        pvalues,
+        conf_int,
+        unident,
+        rank,
+        df_model,
+        df_resid,
+        llf_mle,
+    )
 
 
 def _notes(model, fs: _FitStats, est: _Estimate, unidentified, diverging, fit_result) -> list[str]:
@@ -250,15 +270,29 @@ def _notes(model, fs: _FitStats, est: _Estimate, unidentified, diverging, fit_re
     elif diverging:
         notes.append(f"the solver reported separation: coefficients {diverging} diverge")
     if est.df_resid <= 0:
-        notes.append(f"no residual degrees of freedom (nobs {fs.nobs:g} <= rank {est.rank}): "
-                     "the dispersion, and with it every standard error, is undefined")
+        notes.append(
+            f"no residual degrees of freedom (nobs {fs.nobs:g} <= rank {est.rank}): "
+            "the dispersion, and with it every standard error, is undefined"
+        )
     if fit_result is not None and not fit_result.converged:
         notes.append(f"the solver did not converge: {fit_result.message}")
     return notes
 
 
-def fit_glm(model, x, y, weight=None, offset=None, solver: str = "irls", *, alpha: float = 0.05,
-            use_t: bool = False, information: str | None = None, feature_names=None, **options) -> GLMResults:
+def fit_glm(
+    model,
+    x,
+    y,
+    weight=None,
+    offset=None,
+    solver: str = "irls",
+    *,
+    alpha: float = 0.05,
+    use_t: bool = False,
+    information: str | None = None,
+    feature_names=None,
+    **options,
+) -> GLMResults:
     """Fit ``model`` with ``solver`` (see :func:`torchglm.solvers.fit`) and return its :class:`GLMResults`.
 
     ``x``, ``y``, ``weight``, ``offset`` may be tensors or array-likes (NumPy, pandas,
@@ -284,5 +318,15 @@ def fit_glm(model, x, y, weight=None, offset=None, solver: str = "irls", *, alph
     x, y, weight, offset = model.as_data(x, y, weight, offset)  # converted once for fit and results
     fit_result = model.fit(x, y, weight=weight, offset=offset, solver=solver, **options)
     model.feature_names = names
-    return glm_results(model, x, y, weight, offset, fit_result=fit_result, alpha=alpha, use_t=use_t,
-                       information=information, feature_names=feature_names)
+    return glm_results(
+        model,
+        x,
+        y,
+        weight,
+        offset,
+        fit_result=fit_result,
+        alpha=alpha,
+        use_t=use_t,
+        information=information,
+        feature_names=feature_names,
+    )

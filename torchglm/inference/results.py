@@ -177,8 +177,18 @@ class GLMResults:
             "df_model": self.df_model,
             "df_resid": self.df_resid,
         }
-        for k in ("scale", "llf", "llf_mle", "llnull", "deviance", "null_deviance", "pearson_chi2", "aic", "bic",
-                  "explained_deviance"):
+        for k in (
+            "scale",
+            "llf",
+            "llf_mle",
+            "llnull",
+            "deviance",
+            "null_deviance",
+            "pearson_chi2",
+            "aic",
+            "bic",
+            "explained_deviance",
+        ):
             out[k] = _num(getattr(self, k))
         out.update(
             coefficients=coef,

@@ -99,8 +99,9 @@ def _null_intercept(model, batches, dtype, sums: _Sums) -> torch.Tensor:
     if not sums.has_offset:
         return b
     with torch.random.fork_rng(devices=[]):  # nn.Linear's init must not move the caller's RNG
-        null = GeneralizedLinearModel(1, model.family, n_classes=model.n_classes, fit_intercept=False,
-                                      dtype=dtype).to(b.device)
+        null = GeneralizedLinearModel(
+            1, model.family, n_classes=model.n_classes, fit_intercept=False, dtype=dtype
+        ).to(b.device)
     set_flat_parameters(null, b.reshape(1))
     fitter = make_fitter(null, "newton", dtype=dtype)
     run_passes(fitter, _ConstantColumn(batches, dtype), 50 * fitter.max_iter + 10)
@@ -119,8 +120,12 @@ class _ConstantColumn:
         for b in self.batches:
             ones = torch.ones(b.y.shape[0], 1, dtype=dt, device=b.y.device)
             y = b.y.to(dt) if b.y.is_floating_point() else b.y
-            yield Batch(ones, y, None if b.weight is None else b.weight.to(dt),
-                        None if b.offset is None else b.offset.to(dt))
+            yield Batch(
+                ones,
+                y,
+                None if b.weight is None else b.weight.to(dt),
+                None if b.offset is None else b.offset.to(dt),
+            )
 
 
 class _FitStats(NamedTuple):
@@ -163,13 +168,24 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
     all_reduce_sum(null_dev)
     dispersion = fam.has_dispersion
     return _FitStats(
-        names=model.parameter_names(_features(model, feature_names)), J=None, S=sums.weight, nobs=nobs, n_rows=int(sums.rows),
-        n_constants=1, scale=1.0, scale_from_pearson=dispersion,
+        names=model.parameter_names(_features(model, feature_names)),
+        J=None,
+        S=sums.weight,
+        nobs=nobs,
+        n_rows=int(sums.rows),
+        n_constants=1,
+        scale=1.0,
+        scale_from_pearson=dispersion,
         concentrated=fam.least_squares,
         pearson=float(sums.pearson),
         llf=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0)),
-        llnull=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0, intercept=b0)),
-        deviance=float(sums.deviance), null_deviance=float(null_dev), saturated=int(sums.saturated), null_b0=b0,
+        llnull=float("nan")
+        if dispersion
+        else float(_log_likelihood(model, batches, dtype, 1.0, intercept=b0)),
+        deviance=float(sums.deviance),
+        null_deviance=float(null_dev),
+        saturated=int(sums.saturated),
+        null_b0=b0,
     )
 
 
@@ -217,8 +233,21 @@ def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
                 J[row, K * d + k], J[row, K * d] = 1.0, -1.0
             names.append(f"{k}:{features[j] if j < d else 'intercept'}")
     return _FitStats(
-        names=names, J=J, S=S, nobs=float(S), n_rows=int(rows), n_constants=(K - 1) if has_bias else 0,
-        scale=1.0, scale_from_pearson=False, concentrated=False, pearson=float("nan"), llf=llf, llnull=llnull,
-        deviance=-2 * llf, null_deviance=-2 * llnull, saturated=int(saturated), null_b0=None,
+        names=names,
+        J=J,
+        S=S,
+        nobs=float(S),
+        n_rows=int(rows),
+        n_constants=(K - 1) if has_bias else 0,
+        scale=1.0,
+        scale_from_pearson=False,
+        concentrated=False,
+        pearson=float("nan"),
+        llf=llf,
+        llnull=llnull,
+        deviance=-2 * llf,
+        null_deviance=-2 * llnull,
+        saturated=int(saturated),
+        null_b0=None,
         shift_offset=shifted,
     )

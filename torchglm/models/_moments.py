@@ -156,8 +156,11 @@ class ClassMoments:
         """Centre at each process's class means, then merge processes (Chan); see the module doc."""
         n, s1 = self.count, self.s1
         present = (n > 0).unsqueeze(1)
-        local_mean = torch.where(present, self.shift + s1 / n.clamp_min(torch.finfo(n.dtype).tiny).unsqueeze(1),
-                                 torch.zeros_like(s1))
+        local_mean = torch.where(
+            present,
+            self.shift + s1 / n.clamp_min(torch.finfo(n.dtype).tiny).unsqueeze(1),
+            torch.zeros_like(s1),
+        )
         scatter = self.s2 - self._centre(s1, n)
         if _world_size() == 1:
             return {"means": local_mean, "scatter": scatter}, n.clone()

@@ -79,9 +79,16 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         torch.Size([100, 2])
     """
 
-    def __init__(self, n_features: int, n_classes: int = 2, covariance: str = "shared",
-                 shrinkage: float = 0.0, reg: float = 0.0, priors=None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        covariance: str = "shared",
+        shrinkage: float = 0.0,
+        reg: float = 0.0,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         if covariance not in _COVARIANCES:
             raise fail("covariance", f"one of {list(_COVARIANCES)}", repr(covariance))
         for name, value in (("shrinkage", shrinkage), ("reg", reg)):
@@ -180,8 +187,9 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         return z.T @ m - 0.5 * (m * m).sum(0)
 
     def _sample_features(self, y, generator):
-        z = torch.randn(y.shape[0], self.n_features, generator=generator,
-                        dtype=self.dtype, device=self.means.device)
+        z = torch.randn(
+            y.shape[0], self.n_features, generator=generator, dtype=self.dtype, device=self.means.device
+        )
         L = self.scale_tril if self.shared else self.scale_tril[y]
         return self.means[y] + (L @ z.unsqueeze(-1)).squeeze(-1)
 
@@ -194,21 +202,37 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         return w, -0.5 * (w * self.means).sum(1)
 
     def extra_repr(self) -> str:
-        return (f"{super().extra_repr()}, covariance={self.covariance_type!r}, "
-                f"shrinkage={self.shrinkage}, reg={self.reg}")
+        return (
+            f"{super().extra_repr()}, covariance={self.covariance_type!r}, "
+            f"shrinkage={self.shrinkage}, reg={self.reg}"
+        )
 
 
 class LinearDiscriminantAnalysis(GaussianDiscriminantAnalysis):
     """GDA with one covariance shared by all classes: linear boundaries (seed 000)."""
 
-    def __init__(self, n_features: int, n_classes: int = 2, shrinkage: float = 0.0,
-                 reg: float = 0.0, priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        shrinkage: float = 0.0,
+        reg: float = 0.0,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__(n_features, n_classes, "shared", shrinkage, reg, priors, dtype)
 
 
 class QuadraticDiscriminantAnalysis(GaussianDiscriminantAnalysis):
     """GDA with one covariance per class: quadratic boundaries (seed 000)."""
 
-    def __init__(self, n_features: int, n_classes: int = 2, shrinkage: float = 0.0,
-                 reg: float = 0.0, priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        shrinkage: float = 0.0,
+        reg: float = 0.0,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__(n_features, n_classes, "per_class", shrinkage, reg, priors, dtype)

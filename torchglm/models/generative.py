@@ -138,9 +138,13 @@ class GenerativeClassifier(FittedFlag, nn.Module):
 
     family = Categorical()
 
-    def __init__(self, n_features: int, n_classes: int = 2,
-                 priors: Sequence[float] | torch.Tensor | None = None,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        priors: Sequence[float] | torch.Tensor | None = None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__()
         if not isinstance(n_features, int) or isinstance(n_features, bool) or n_features < 1:
             raise fail("n_features", "a positive integer", n_features)
@@ -152,8 +156,11 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         if not dtype.is_floating_point:
             raise fail("dtype", "a floating-point dtype", dtype)
         self.fit_priors = priors is None
-        prior = (torch.full((n_classes,), 1.0 / n_classes, dtype=dtype)
-                 if priors is None else self._check_priors(priors, dtype))
+        prior = (
+            torch.full((n_classes,), 1.0 / n_classes, dtype=dtype)
+            if priors is None
+            else self._check_priors(priors, dtype)
+        )
         self.register_buffer("class_count", torch.zeros(n_classes, dtype=dtype))
         self.register_buffer("log_prior", prior.log())
         #: column names of the last fit's DataFrame (``None`` for arrays and tensors).
@@ -215,7 +222,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         raise NotImplementedError
 
     def _linear_parameters(self) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError(f"{type(self).__name__} has no linear form (its log-odds are not linear in x)")
+        raise NotImplementedError(
+            f"{type(self).__name__} has no linear form (its log-odds are not linear in x)"
+        )
 
     @property
     def n_parameters(self) -> int:
@@ -260,8 +269,11 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             if cast is x or not x.is_floating_point():
                 raise
             check_finite(name, x)  # the input itself is bad: say so
-            raise fail(name, f"values within the range of {dtype} (the model's dtype)",
-                       f"values that overflow when cast from {x.dtype}") from None
+            raise fail(
+                name,
+                f"values within the range of {dtype} (the model's dtype)",
+                f"values that overflow when cast from {x.dtype}",
+            ) from None
         self._check_domain(name, cast)
         return cast
 
@@ -295,8 +307,11 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         if bool(bad.any()):
             i = int(bad.nonzero()[0])
             big = float(x[i].abs().max()) if x.layout == torch.strided else float("nan")
-            raise fail("X", f"features small enough that {what} is finite in {self.dtype}",
-                       f"{int(bad.sum())} rows where it overflows, first row {i} (max |x| = {big:.3g})")
+            raise fail(
+                "X",
+                f"features small enough that {what} is finite in {self.dtype}",
+                f"{int(bad.sum())} rows where it overflows, first row {i} (max |x| = {big:.3g})",
+            )
         return value
 
     def _relative_joint(self, x: torch.Tensor) -> torch.Tensor:
@@ -394,7 +409,9 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         return model
 
     # -- fitting ---------------------------------------------------------------
-    def make_fitter(self, solver: str = "closed_form", validate: bool = True, **options) -> "ClosedFormFitter":
+    def make_fitter(
+        self, solver: str = "closed_form", validate: bool = True, **options
+    ) -> "ClosedFormFitter":
         """A one-pass :class:`ClosedFormFitter` (the trainer's entry point).
 
         Args:
@@ -419,8 +436,13 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         check_weight(weight, x.shape[0])
         return x, self.family.check_target(y, self.n_classes)
 
-    def fit(self, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
-            batch_size: int | None = None) -> FitResult:
+    def fit(
+        self,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        weight: torch.Tensor | None = None,
+        batch_size: int | None = None,
+    ) -> FitResult:
         """Maximum likelihood fit in one pass (in place).
 
         Args:
@@ -538,7 +560,9 @@ class ClosedFormFitter(Fitter):
             m._finalize(stats, class_count)
         self.done = True
         self.result = FitResult(
-            "closed_form", converged=True, n_iter=1,
+            "closed_form",
+            converged=True,
+            n_iter=1,
             message="closed-form maximum likelihood from one pass of sufficient statistics",
             extra={"n_samples": float(class_count.sum())},
         )
@@ -561,13 +585,15 @@ def log_det_and_factor(cov: torch.Tensor, name: str):
     eye = torch.eye(d, dtype=cov.dtype, device=cov.device)
     scale = cov.diagonal(dim1=-2, dim2=-1).mean(dim=-1)[..., None, None]
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    for eps in [0.0] + [10.0 ** p for p in range(-10, 0)]:
+    for eps in [0.0] + [10.0**p for p in range(-10, 0)]:
         jittered = cov + eps * scale * eye if eps else cov
         L, info = torch.linalg.cholesky_ex(jittered)
         if not bool(info.any()):
             return jittered, L, 2 * L.diagonal(dim1=-2, dim2=-1).log().sum(dim=-1), eps
-    raise InputError(f"{name}: expected a matrix that jitter up to 0.1 x its mean variance makes "
-                     f"positive definite, got a non-finite or indefinite matrix")
+    raise InputError(
+        f"{name}: expected a matrix that jitter up to 0.1 x its mean variance makes "
+        f"positive definite, got a non-finite or indefinite matrix"
+    )
 
 
 LOG_2PI = math.log(2 * math.pi)

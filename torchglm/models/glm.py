@@ -46,8 +46,13 @@ __all__ = [
 ]
 
 
-def linear_predictor(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None,
-                     offset: torch.Tensor | None = None, multi_output: bool = False) -> torch.Tensor:
+def linear_predictor(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    offset: torch.Tensor | None = None,
+    multi_output: bool = False,
+) -> torch.Tensor:
     """``eta = x W^T + b + offset`` (seed 000, "Generalized linear models"): the one
     place the linear predictor is written.
 
@@ -183,8 +188,9 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """The parameters' device."""
         return self.linear.weight.device
 
-    def linear_predictor(self, theta: torch.Tensor, x: torch.Tensor,
-                         offset: torch.Tensor | None = None) -> torch.Tensor:
+    def linear_predictor(
+        self, theta: torch.Tensor, x: torch.Tensor, offset: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``eta = x W^T + b + offset`` at flat parameters ``theta`` (p,) or a stack (S, p)
         (:func:`linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack.
         Computed in the wider of ``theta``'s and ``x``'s dtypes (float32 data under a
@@ -214,7 +220,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         with torch.no_grad():
             self.linear.weight.copy_(theta[: m * d].view(m, d))
             if self.linear.bias is not None:
-                self.linear.bias.copy_(theta[m * d:])
+                self.linear.bias.copy_(theta[m * d :])
 
     def parameter_names(self, feature_names: list[str] | None = None) -> list[str]:
         """Names of ``theta``'s entries, in its order.
@@ -419,16 +425,18 @@ class LogisticRegression(GeneralizedLinearModel):
     The gradient of the summed NLL is ``sum_i (y_i - t_i) x_i`` with ``y_i = sigma(eta_i)``.
     """
 
-    def __init__(self, n_features: int, l2: float = 0.0, fit_intercept: bool = True,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self, n_features: int, l2: float = 0.0, fit_intercept: bool = True, dtype: torch.dtype | None = None
+    ):
         super().__init__(n_features, "bernoulli", "logit", 2, l2, fit_intercept, dtype)
 
 
 class ProbitRegression(GeneralizedLinearModel):
     """``p(C_1|x) = Phi(w^T x + w0)``, the standard normal CDF (seed 000, "Probit regression")."""
 
-    def __init__(self, n_features: int, l2: float = 0.0, fit_intercept: bool = True,
-                 dtype: torch.dtype | None = None):
+    def __init__(
+        self, n_features: int, l2: float = 0.0, fit_intercept: bool = True, dtype: torch.dtype | None = None
+    ):
         super().__init__(n_features, "bernoulli", "probit", 2, l2, fit_intercept, dtype)
 
 
@@ -440,6 +448,12 @@ class SoftmaxRegression(GeneralizedLinearModel):
     row leaves the probabilities unchanged (the Newton solver handles that).
     """
 
-    def __init__(self, n_features: int, n_classes: int, l2: float = 0.0,
-                 fit_intercept: bool = True, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int,
+        l2: float = 0.0,
+        fit_intercept: bool = True,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__(n_features, "categorical", "softmax", n_classes, l2, fit_intercept, dtype)

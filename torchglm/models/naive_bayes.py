@@ -85,7 +85,8 @@ def _check_alpha_vector(name: str, value, n_features: int) -> float | torch.Tens
             wrong length, a negative, NaN or infinite entry.
     """
     if isinstance(value, (numbers.Real, torch.Tensor)) and not (
-            isinstance(value, torch.Tensor) and value.dim() > 0):
+        isinstance(value, torch.Tensor) and value.dim() > 0
+    ):
         return _check_alpha(name, value)
     expected = f"a number >= 0 or {n_features} numbers >= 0 (one per feature)"
     try:
@@ -98,7 +99,9 @@ def _check_alpha_vector(name: str, value, n_features: int) -> float | torch.Tens
     if vec.dim() == 0:
         return _check_alpha(name, float(vec))
     if vec.dim() != 1 or vec.shape[0] != n_features:
-        raise fail(name, f"a number or shape ({n_features},) (one value per feature)", f"shape {tuple(vec.shape)}")
+        raise fail(
+            name, f"a number or shape ({n_features},) (one value per feature)", f"shape {tuple(vec.shape)}"
+        )
     bad = ~(torch.isfinite(vec) & (vec >= 0))
     if bool(bad.any()):
         j = int(bad.nonzero()[0, 0])
@@ -156,8 +159,14 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
 
     accepts_sparse = True
 
-    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0,
-                 priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        alpha: float = 1.0,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         super().__init__(n_features, n_classes, priors, dtype)
         self.alpha = _check_alpha_vector("alpha", alpha, n_features)
         K, d = n_classes, n_features
@@ -203,7 +212,9 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
         counts = torch.zeros(n, d, dtype=self.dtype, device=y.device)
         max_len = int(lengths.max()) if n else 0
         if max_len:
-            tokens = torch.multinomial(self.log_theta[y].exp(), max_len, replacement=True, generator=generator)
+            tokens = torch.multinomial(
+                self.log_theta[y].exp(), max_len, replacement=True, generator=generator
+            )
             keep = torch.arange(max_len, device=y.device).unsqueeze(0) < lengths.unsqueeze(1)
             counts.scatter_add_(1, tokens, keep.to(self.dtype))
         return counts
@@ -243,8 +254,15 @@ class BernoulliNB(GenerativeClassifier):
 
     accepts_sparse = True
 
-    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0,
-                 binarize: float | None = None, priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        alpha: float = 1.0,
+        binarize: float | None = None,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         self.alpha = _check_alpha("alpha", alpha)
         if binarize is not None:
             binarize = _check_alpha("binarize", binarize)
@@ -274,8 +292,9 @@ class BernoulliNB(GenerativeClassifier):
             values = _stored_values(x)
             bad = (values != 0) & (values != 1)
             if bool(bad.any()):
-                raise fail(name, "binary features in {0, 1} (or set binarize)",
-                           f"a value {float(values[bad][0]):g}")
+                raise fail(
+                    name, "binary features in {0, 1} (or set binarize)", f"a value {float(values[bad][0]):g}"
+                )
 
     def _statistic_shapes(self):
         return {"feature_count": (self.n_classes, self.n_features)}
@@ -287,8 +306,9 @@ class BernoulliNB(GenerativeClassifier):
         self._check_class_count(class_count)
         N = stats["feature_count"]
         n = class_count.unsqueeze(1)
-        alpha = _smoothing(self.alpha, bool(((N == 0) | (N == n)).any()),
-                           "a feature that is always 0 or always 1 in a class")
+        alpha = _smoothing(
+            self.alpha, bool(((N == 0) | (N == n)).any()), "a feature that is always 0 or always 1 in a class"
+        )
         log_den = (n + 2 * alpha).log()
         self.feature_count.copy_(N)
         self.log_p.copy_((N + alpha).log() - log_den)
@@ -341,8 +361,15 @@ class PoissonNB(_CountSums, GenerativeClassifier):
 
     accepts_sparse = True
 
-    def __init__(self, n_features: int, n_classes: int = 2, alpha: float = 1.0, beta: float = 1.0,
-                 priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        alpha: float = 1.0,
+        beta: float = 1.0,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         self.alpha = _check_alpha("alpha", alpha)
         self.beta = _check_alpha("beta", beta)
         super().__init__(n_features, n_classes, priors, dtype)
@@ -416,8 +443,14 @@ class GaussianNB(GenerativeClassifier):
                 [10.,  8.]])
     """
 
-    def __init__(self, n_features: int, n_classes: int = 2, var_smoothing: float = 1e-9,
-                 priors=None, dtype: torch.dtype | None = None):
+    def __init__(
+        self,
+        n_features: int,
+        n_classes: int = 2,
+        var_smoothing: float = 1e-9,
+        priors=None,
+        dtype: torch.dtype | None = None,
+    ):
         self.var_smoothing = _check_alpha("var_smoothing", var_smoothing)
         super().__init__(n_features, n_classes, priors, dtype)
         K, d = n_classes, n_features
@@ -472,8 +505,9 @@ class GaussianNB(GenerativeClassifier):
         return -0.5 * (t - t.amin(dim=1, keepdim=True)).sum(2)
 
     def _sample_features(self, y, generator):
-        z = torch.randn(y.shape[0], self.n_features, generator=generator,
-                        dtype=self.dtype, device=self.means.device)
+        z = torch.randn(
+            y.shape[0], self.n_features, generator=generator, dtype=self.dtype, device=self.means.device
+        )
         return self.means[y] + self.var[y].sqrt() * z
 
     def extra_repr(self):

@@ -27,8 +27,14 @@ __all__ = ["SOLVERS", "DIRECT_SOLVERS", "make_fitter", "fit", "choose_solver"]
 #: :func:`choose_solver`). Another module may add entries (e.g. ``"sgd"``).
 SOLVERS: dict[str, type[Fitter]] = {
     cls.name: cls
-    for cls in (NewtonFitter, IRLSFitter, NewtonCGFitter, GradientDescentFitter,
-                CoordinateDescentFitter, LBFGSFitter)
+    for cls in (
+        NewtonFitter,
+        IRLSFitter,
+        NewtonCGFitter,
+        GradientDescentFitter,
+        CoordinateDescentFitter,
+        LBFGSFitter,
+    )
 }
 #: Direct solvers for one family: ``qr`` (least squares, the Gaussian with the identity
 #: link; :mod:`.least_squares`). :data:`SOLVERS` holds the iterative ones, which fit
@@ -39,9 +45,9 @@ DIRECT_SOLVERS: dict[str, type[Fitter]] = {QRFitter.name: QRFitter}
 def _solver_class(name: str, given: str) -> type[Fitter]:
     cls = SOLVERS.get(name) or DIRECT_SOLVERS.get(name)
     if cls is None:
-        raise fail("solver", f"one of {sorted(SOLVERS) + sorted(DIRECT_SOLVERS) + ['auto']}",
-                   repr(given))
+        raise fail("solver", f"one of {sorted(SOLVERS) + sorted(DIRECT_SOLVERS) + ['auto']}", repr(given))
     return cls
+
 
 #: Above this many flops per Newton pass (``n d~^2 K (K + 1) / 2``), ``auto`` works in
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
@@ -102,11 +108,20 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
     return _solver_class(solver, solver)(model, **options)
 
 
-def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None,
-        offset: torch.Tensor | None = None, solver: str = "auto",
-        batch_size: int | None = None, max_iter: int | None = None,
-        dtype: torch.dtype | None = None, polish: bool | None = None,
-        max_passes: int | None = None, **options) -> FitResult:
+def fit(
+    model,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    weight: torch.Tensor | None = None,
+    offset: torch.Tensor | None = None,
+    solver: str = "auto",
+    batch_size: int | None = None,
+    max_iter: int | None = None,
+    dtype: torch.dtype | None = None,
+    polish: bool | None = None,
+    max_passes: int | None = None,
+    **options,
+) -> FitResult:
     """Fit ``model`` in place by passes over in-memory batches, without a Trainer.
 
     Args:
@@ -163,8 +178,7 @@ def fit(model, x: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = N
     result = None
     for dt in stages:
         extra = {}
-        if (result is not None and result.extra.get("hessian") is not None
-                and issubclass(cls, NewtonFitter)):
+        if result is not None and result.extra.get("hessian") is not None and issubclass(cls, NewtonFitter):
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
             extra["fixed_hessian"] = result.extra["hessian"]
         stage_options = dict(options)

@@ -51,8 +51,7 @@ __all__ = [
 
 
 # -- per-sample derivatives on the eta scale ------------------------------------
-def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
-                    expected: bool = False):
+def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, expected: bool = False):
     """Per-sample loss and its first (and second) derivatives with respect to eta.
 
     Args:
@@ -100,6 +99,7 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2,
         d1, nll = grad(total, has_aux=True)(eta)
         return nll, d1
     if eta.dim() == 1:
+
         def d1_sum(e):
             d1, nll = grad(total, has_aux=True)(e)
             return d1.sum(), (d1, nll)
@@ -149,8 +149,9 @@ def penalty_mask(model, dtype=None, device=None) -> torch.Tensor:
     """1 for penalized (weight) entries, 0 for the bias, in the flat order."""
     m, d = model.n_outputs, model.n_features
     n_bias = model.n_bias
-    return torch.cat([torch.ones(m * d, dtype=dtype, device=device),
-                      torch.zeros(n_bias, dtype=dtype, device=device)])
+    return torch.cat(
+        [torch.ones(m * d, dtype=dtype, device=device), torch.zeros(n_bias, dtype=dtype, device=device)]
+    )
 
 
 # -- one pass of sums -------------------------------------------------------------
@@ -183,9 +184,16 @@ class PassSums:
             batch keeps its transposed CSR between passes (:class:`SparseRows`).
     """
 
-    def __init__(self, model, theta: torch.Tensor, curvature: str | None = "full",
-                 saturation: float = 0.0, y_sum: bool = False, targets_only: bool = False,
-                 sparse_cache: dict | None = None):
+    def __init__(
+        self,
+        model,
+        theta: torch.Tensor,
+        curvature: str | None = "full",
+        saturation: float = 0.0,
+        y_sum: bool = False,
+        targets_only: bool = False,
+        sparse_cache: dict | None = None,
+    ):
         self.family = model.family
         self.sparse_cache = sparse_cache
         self.penalty = L2Penalty(model.l2)
@@ -195,7 +203,7 @@ class PassSums:
         self.scalar = not model.family.multi_output
         self.theta = theta
         self.W = theta[: m * d].view(m, d)
-        self.b = theta[m * d:] if self.has_bias else None
+        self.b = theta[m * d :] if self.has_bias else None
         self.curvature = curvature
         # For a canonical link d2l/deta2 = (dmu/deta)^2 / V(mu) exactly (observed =
         # expected information), so the closed form replaces a second autodiff pass.
@@ -248,8 +256,12 @@ class PassSums:
         # not the whole design twice from memory.
         for i in range(0, x.shape[0], rows):
             j = i + rows
-            self._add(x[i:j], batch.y[i:j], None if batch.offset is None else batch.offset[i:j],
-                      None if batch.weight is None else batch.weight[i:j])
+            self._add(
+                x[i:j],
+                batch.y[i:j],
+                None if batch.offset is None else batch.offset[i:j],
+                None if batch.weight is None else batch.weight[i:j],
+            )
         return None
 
     def _add_targets(self, y, offset, s) -> None:
@@ -266,14 +278,12 @@ class PassSums:
         eta = self.eta(x, offset)
         # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
         # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
-        probs = (not self.scalar and self.family.is_canonical
-                 and self.curvature in ("diag", "hvp"))
+        probs = not self.scalar and self.family.is_canonical and self.curvature in ("diag", "hvp")
         if self.curvature is None or probs:
             nll, d1 = eta_derivatives(self.family, eta, y, order=1)
             d2 = self.family.mean(eta) if probs else None
         else:
-            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2,
-                                          expected=self.expected)
+            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)
         if s is None:
             self.weight_sum += nll.shape[0]
         else:
@@ -300,7 +310,7 @@ class PassSums:
         m, d = self.m, self.d
         self.grad[: m * d] += _rt_x(r, x).reshape(-1)
         if self.has_bias:
-            self.grad[m * d:] += r.sum(0)
+            self.grad[m * d :] += r.sum(0)
         if d2 is None:
             return
         if self.hess is not None and x.is_sparse:
@@ -324,7 +334,7 @@ class PassSums:
         B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
         rows = _chunk_rows(x, P * d)
         for i in range(0, x.shape[0], rows):
-            xc, hc = x[i:i + rows], hp[i:i + rows]
+            xc, hc = x[i : i + rows], hp[i : i + rows]
             hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
             B.addmm_(xc.T, hx)
         # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
@@ -360,15 +370,15 @@ class PassSums:
                 h = blocks[:, k, l]
                 xh = x * h.unsqueeze(-1)
                 xx = torch.sparse.mm(xt, xh).to_dense()
-                H[k * d:(k + 1) * d, l * d:(l + 1) * d] += xx
+                H[k * d : (k + 1) * d, l * d : (l + 1) * d] += xx
                 if l != k:
-                    H[l * d:(l + 1) * d, k * d:(k + 1) * d] += xx.T
+                    H[l * d : (l + 1) * d, k * d : (k + 1) * d] += xx.T
                 if self.has_bias:
                     xh_sum = torch.sparse.sum(xh, 0).to_dense()
                     hs = h.sum()
                     for a, b in ((k, l), (l, k)) if l != k else ((k, l),):
-                        H[a * d:(a + 1) * d, md + b] += xh_sum
-                        H[md + b, a * d:(a + 1) * d] += xh_sum
+                        H[a * d : (a + 1) * d, md + b] += xh_sum
+                        H[md + b, a * d : (a + 1) * d] += xh_sum
                         H[md + a, md + b] += hs
 
     def _add_diag(self, x, curv: "_Curvature"):
@@ -376,7 +386,7 @@ class PassSums:
         h = curv.diagonal()  # (n, m)
         self.diag[: m * d] += _rt_x(h, x, square=True).reshape(-1)
         if self.has_bias:
-            self.diag[m * d:] += h.sum(0)
+            self.diag[m * d :] += h.sum(0)
 
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
@@ -410,7 +420,7 @@ class PassSums:
         """
         m, d = self.m, self.d
         V = v[: m * d].view(m, d)
-        c = v[m * d:] if self.has_bias else None
+        c = v[m * d :] if self.has_bias else None
         out = torch.zeros_like(v)
         for x, curv in self.stored:
             u = x @ V.T  # (n, m): the directional change of eta
@@ -419,7 +429,7 @@ class PassSums:
             hu = curv.apply(u)
             out[: m * d] += _rt_x(hu, x).reshape(-1)
             if c is not None:
-                out[m * d:] += hu.sum(0)
+                out[m * d :] += hu.sum(0)
         all_reduce_sum(out)
         return out / self.weight_sum + self.penalty.curvature(self.mask) * v
 
@@ -490,8 +500,14 @@ class SparseRows:
     def of(cls, x: torch.Tensor, cache: dict | None) -> "SparseRows":
         csr = x if x.layout == torch.sparse_csr else x.to_sparse_csr()
         col, values = csr.col_indices(), csr.values()
-        key = (col.data_ptr(), values.data_ptr(), values.numel(), tuple(csr.shape),
-               csr.dtype, str(csr.device))
+        key = (
+            col.data_ptr(),
+            values.data_ptr(),
+            values.numel(),
+            tuple(csr.shape),
+            csr.dtype,
+            str(csr.device),
+        )
         entry = None if cache is None else cache.get(key)
         if entry is None:
             entry = {"pinned": (col, values, csr.crow_indices())}
@@ -508,19 +524,20 @@ class SparseRows:
             if "t_square" not in self.entry:
                 t = self.transposed()  # the same pattern, squared values
                 self.entry["t_square"] = torch.sparse_csr_tensor(
-                    t.crow_indices(), t.col_indices(), t.values() ** 2, size=t.shape)
+                    t.crow_indices(), t.col_indices(), t.values() ** 2, size=t.shape
+                )
             return self.entry["t_square"]
         if "t" not in self.entry:
             csr = self.csr
             n, d = csr.shape
             col, values = csr.col_indices(), csr.values()
-            rows = torch.repeat_interleave(torch.arange(n, device=col.device),
-                                           csr.crow_indices().diff())
+            rows = torch.repeat_interleave(torch.arange(n, device=col.device), csr.crow_indices().diff())
             order = torch.argsort(col, stable=True)  # by column, rows ascending within
             ccol = torch.zeros(d + 1, dtype=col.dtype, device=col.device)
             ccol[1:] = torch.bincount(col, minlength=d).cumsum(0)
-            self.entry["t"] = torch.sparse_csr_tensor(ccol, rows[order].to(col.dtype),
-                                                      values[order], size=(d, n))
+            self.entry["t"] = torch.sparse_csr_tensor(
+                ccol, rows[order].to(col.dtype), values[order], size=(d, n)
+            )
         return self.entry["t"]
 
     @property
@@ -543,8 +560,8 @@ def _rt_x(r: torch.Tensor, x, square: bool = False) -> torch.Tensor:
         return r.T @ x
     out = torch.zeros(r.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
     for i in range(0, n, rows):
-        xc = x[i:i + rows]
-        out.addmm_(r[i:i + rows].T, xc * xc if square else xc)
+        xc = x[i : i + rows]
+        out.addmm_(r[i : i + rows].T, xc * xc if square else xc)
     return out
 
 
@@ -552,8 +569,9 @@ def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return t * s.view(-1, *([1] * (t.dim() - 1)))
 
 
-def hessian_and_gradient(model, batches: Iterable[Batch], expected: bool = False,
-                         dtype: torch.dtype = torch.float64):
+def hessian_and_gradient(
+    model, batches: Iterable[Batch], expected: bool = False, dtype: torch.dtype = torch.float64
+):
     """Objective, gradient and Hessian at the model's current parameters.
 
     Sums over ``batches`` (all-reduced across processes when ``torch.distributed``

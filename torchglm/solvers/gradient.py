@@ -138,9 +138,12 @@ class LBFGSFitter(StepFitter):
 
     def state_dict(self) -> dict:
         """:meth:`StepFitter.state_dict` and the stored pairs and finishing phase."""
-        return {**super().state_dict(),
-                "pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
-                "finishing": self.finishing, "finish_from": self.finish_from}
+        return {
+            **super().state_dict(),
+            "pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
+            "finishing": self.finishing,
+            "finish_from": self.finish_from,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

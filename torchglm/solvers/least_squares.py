@@ -54,11 +54,15 @@ class QRFitter(Fitter):
     name = "qr"
     default_dtype = torch.float64
 
-    def __init__(self, model, dtype: torch.dtype | None = None, max_iter: int | None = None,
-                 tol: float | None = None):
+    def __init__(
+        self, model, dtype: torch.dtype | None = None, max_iter: int | None = None, tol: float | None = None
+    ):
         if not model.family.least_squares:
-            raise fail("solver 'qr'", "a Gaussian model with the identity link",
-                       f"family '{model.family.name}' with link '{model.family.link.name}'")
+            raise fail(
+                "solver 'qr'",
+                "a Gaussian model with the identity link",
+                f"family '{model.family.name}' with link '{model.family.link.name}'",
+            )
         self.model = model
         self.max_iter = 2 if max_iter is None else max_iter
         self.dtype = self.compute_dtype(model, dtype)
@@ -102,7 +106,9 @@ class QRFitter(Fitter):
         R = torch.linalg.qr(A, mode="r")[1]
         # (p+1) x (p+1) always (zero rows below a short batch's triangle): every process
         # all-gathers the same shape.
-        self.R = torch.cat([R, R.new_zeros(A.shape[1] - R.shape[0], A.shape[1])]) if R.shape[0] < A.shape[1] else R
+        self.R = (
+            torch.cat([R, R.new_zeros(A.shape[1] - R.shape[0], A.shape[1])]) if R.shape[0] < A.shape[1] else R
+        )
 
     def end_pass(self) -> bool:
         if self.done:
@@ -113,13 +119,28 @@ class QRFitter(Fitter):
         s = self.sums.finish()
         r = self.result
         r.converged, r.n_iter = True, 1
-        r.message = (f"least squares by Householder QR (rank {self.rank} of {self.theta.numel()} "
-                     f"after column equilibration)")
-        r.history.append({"iteration": 1, "loss": float(s.loss),
-                          "grad_norm": float(s.grad.abs().max()), "newton_decrement": 0.0,
-                          "step_size": 1.0, "passes": 2})
-        r.extra.update(loss=float(s.loss), grad=s.grad.detach(), hessian=None, passes=2,
-                       dtype=str(self.dtype), rank=self.rank)
+        r.message = (
+            f"least squares by Householder QR (rank {self.rank} of {self.theta.numel()} "
+            f"after column equilibration)"
+        )
+        r.history.append(
+            {
+                "iteration": 1,
+                "loss": float(s.loss),
+                "grad_norm": float(s.grad.abs().max()),
+                "newton_decrement": 0.0,
+                "step_size": 1.0,
+                "passes": 2,
+            }
+        )
+        r.extra.update(
+            loss=float(s.loss),
+            grad=s.grad.detach(),
+            hessian=None,
+            passes=2,
+            dtype=str(self.dtype),
+            rank=self.rank,
+        )
         self.done = True
         return True
 
@@ -155,9 +176,11 @@ class QRFitter(Fitter):
         z = Vh.T @ (torch.where(keep, 1.0 / sv, torch.zeros_like(sv)) * (U.T @ qtb))
         theta = z / c
         if self.rank < p:
-            warn(f"qr: the design is rank {self.rank} of {p} to working precision after "
-                          f"column equilibration; minimum-norm solution on the rest",
-                          NumericalWarning)
+            warn(
+                f"qr: the design is rank {self.rank} of {p} to working precision after "
+                f"column equilibration; minimum-norm solution on the rest",
+                NumericalWarning,
+            )
         self.theta = theta
         set_flat_parameters(self.model, theta)
         self.solved = True

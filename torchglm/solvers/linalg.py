@@ -88,8 +88,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     n_drop = int((~keep).sum())
     notes = []
     if n_drop:
-        notes.append(f"singular (rank {p - n_drop} of {p} after column equilibration; "
-                     f"minimum-norm step on the rest)")
+        notes.append(
+            f"singular (rank {p - n_drop} of {p} after column equilibration; minimum-norm step on the rest)"
+        )
     if n_neg:
         notes.append(f"indefinite ({n_neg} negative eigenvalues; their signs flipped)")
     flat = float((evecs[:, ~keep].T @ gs).norm()) if n_drop else 0.0
@@ -97,8 +98,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond
 
 
-def shift_null_projector(m: int, d: int, has_bias: bool, unpenalized: torch.Tensor,
-                         dtype=None, device=None) -> torch.Tensor:
+def shift_null_projector(
+    m: int, d: int, has_bias: bool, unpenalized: torch.Tensor, dtype=None, device=None
+) -> torch.Tensor:
     """Projector onto the softmax shift directions of the unpenalized columns.
 
     Adding one vector ``c`` to every class row of ``[W, b]`` leaves
@@ -128,12 +130,22 @@ def shift_null_projector(m: int, d: int, has_bias: bool, unpenalized: torch.Tens
 
 def jacobi_inverse(diag: torch.Tensor) -> torch.Tensor:
     """``1 / diag(H)`` where positive and finite, 1 elsewhere (Jacobi's preconditioner)."""
-    return torch.where(torch.isfinite(diag) & (diag > 0),
-                       1.0 / diag.clamp_min(torch.finfo(diag.dtype).tiny), torch.ones_like(diag))
+    return torch.where(
+        torch.isfinite(diag) & (diag > 0),
+        1.0 / diag.clamp_min(torch.finfo(diag.dtype).tiny),
+        torch.ones_like(diag),
+    )
 
 
-def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
-             max_iter: int | None = None, precondition=None, floor: float = 0.0):
+def cg_solve(
+    hvp,
+    g: torch.Tensor,
+    diag: torch.Tensor,
+    forcing: float = 0.5,
+    max_iter: int | None = None,
+    precondition=None,
+    floor: float = 0.0,
+):
     """Truncated, preconditioned conjugate gradients for ``H x = -g``.
 
     ``H`` is reached only through ``hvp(v) = H v``. The preconditioner ``P`` is
@@ -155,6 +167,7 @@ def cg_solve(hvp, g: torch.Tensor, diag: torch.Tensor, forcing: float = 0.5,
 
         def precondition(v):
             return pre * v
+
     # Beyond p products only in finite precision (ill-conditioned H), so 2p, capped.
     max_iter = min(max(2 * g.numel(), 50), 500) if max_iter is None else max_iter
     gnorm = math.sqrt(max(float(g @ precondition(g)), 0.0))

@@ -120,10 +120,19 @@ class StepFitter(Fitter):
     #: ``False``: accept every trial that stays in the link's domain (a fixed step).
     line_search = True
 
-    def __init__(self, model, max_iter: int | None = None, tol: float = 1e-12,
-                 gtol: float = 1e-10, dtype: torch.dtype | None = None, armijo: float = 1e-4,
-                 max_halvings: int = 40, detect_separation: bool = True,
-                 saturation: float = 1e-10, handoff: bool = False):
+    def __init__(
+        self,
+        model,
+        max_iter: int | None = None,
+        tol: float = 1e-12,
+        gtol: float = 1e-10,
+        dtype: torch.dtype | None = None,
+        armijo: float = 1e-4,
+        max_halvings: int = 40,
+        detect_separation: bool = True,
+        saturation: float = 1e-10,
+        handoff: bool = False,
+    ):
         max_iter = self.default_max_iter if max_iter is None else max_iter
         if not isinstance(max_iter, int) or max_iter < 0:
             raise fail("max_iter", "a non-negative integer", max_iter)
@@ -136,8 +145,7 @@ class StepFitter(Fitter):
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
         self.armijo, self.max_halvings = armijo, max_halvings
         self.dtype = self.compute_dtype(model, dtype)
-        self.detect_separation = (detect_separation and model.l2 == 0
-                                  and model.family.is_classifier)
+        self.detect_separation = detect_separation and model.l2 == 0 and model.family.is_classifier
         self.saturation = saturation
         self.handoff = handoff
         # Sparse batches' transposed CSR, kept across passes (derivatives.SparseRows).
@@ -190,19 +198,20 @@ class StepFitter(Fitter):
                 cols[-1] = True
             if bool(cols.any()):
                 self.shift_columns = cols
-                self.N = shift_null_projector(m, d, has_bias, cols, dtype=self.dtype,
-                                              device=self.theta.device)
+                self.N = shift_null_projector(
+                    m, d, has_bias, cols, dtype=self.dtype, device=self.theta.device
+                )
                 # Column j (d for the bias) of each flat parameter (k, j).
                 col = torch.arange(m * d, device=self.theta.device) % d
-                self.N_col = torch.cat([col, torch.full((m if has_bias else 0,), d,
-                                                        device=self.theta.device)])
+                self.N_col = torch.cat(
+                    [col, torch.full((m if has_bias else 0,), d, device=self.theta.device)]
+                )
                 self.N_count = torch.bincount(self.N_col, minlength=d + 1).to(self.dtype)
         # From the all-zero start (the model's initialization), the first pass reads
         # only the targets and weights (not the features), and the fit starts from the intercept-only
         # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
         # 1e15 need steps of exp(35) that no line search can take.
-        self.start_pending = (has_bias and not model.family.multi_output
-                              and not bool(self.theta.any()))
+        self.start_pending = has_bias and not model.family.multi_output and not bool(self.theta.any())
 
     # -- resuming (a Trainer's checkpoint) -------------------------------------------
     def state_dict(self) -> dict:
@@ -249,10 +258,15 @@ class StepFitter(Fitter):
         return predicted / 2 <= self.tol * max(1.0, abs(self.result.history[-1]["loss"]))
 
     def start_pass(self) -> None:
-        self.sums = PassSums(self.model, self.theta, self.pass_curvature(),
-                             self.saturation if self.detect_separation else 0.0,
-                             y_sum=self.base is None, targets_only=self.start_pending,
-                             sparse_cache=self.sparse_cache)
+        self.sums = PassSums(
+            self.model,
+            self.theta,
+            self.pass_curvature(),
+            self.saturation if self.detect_separation else 0.0,
+            y_sum=self.base is None,
+            targets_only=self.start_pending,
+            sparse_cache=self.sparse_cache,
+        )
 
     def accumulate(self, batch) -> None:
         self.sums.add(batch)
@@ -284,8 +298,11 @@ class StepFitter(Fitter):
         fixed_step = not self.line_search and not self.finishing
         if ok and (fixed_step or loss <= f0 + self.armijo * self.t * self.slope):
             self._accept(s, self.t)
-        elif (ok and loss <= f0 + 8 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
-              and float(s.grad.norm()) < float(self.base.grad.norm())):
+        elif (
+            ok
+            and loss <= f0 + 8 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
+            and float(s.grad.norm()) < float(self.base.grad.norm())
+        ):
             # E changes below its rounding: accept when the gradient shrank instead.
             self._accept(s, self.t)
         else:
@@ -348,11 +365,16 @@ class StepFitter(Fitter):
             delta, dec = self.finish_direction(s) if self.finishing else self.direction(s)
         self.delta, self.decrement = delta, dec
         loss = float(s.loss)
-        self.result.history.append({
-            "iteration": self.result.n_iter, "loss": loss, "grad_norm": grad_norm,
-            "newton_decrement": math.nan if dec is None else math.sqrt(max(dec, 0.0)),
-            "step_size": step, "passes": self.n_passes,
-        })
+        self.result.history.append(
+            {
+                "iteration": self.result.n_iter,
+                "loss": loss,
+                "grad_norm": grad_norm,
+                "newton_decrement": math.nan if dec is None else math.sqrt(max(dec, 0.0)),
+                "step_size": step,
+                "passes": self.n_passes,
+            }
+        )
         scale = max(1.0, abs(loss))
         if not self.newton_like:
             # A first-order rule (not scale-invariant): end this phase, finish with
@@ -370,31 +392,38 @@ class StepFitter(Fitter):
             # Vandenberghe 9.6), so g^T H^-1 g <= g^T H0^-1 g / (1 - lambda0)^2.
             bound = dec / (1 - self.light_lambda) ** 2 if stale and dec is not None else dec
             certified = bound is not None and bound <= self.tol * scale and self.model_agrees
-            if (certified and self.solve_exact and self.cg_direction
-                    and self.finish_curvature == "full"):
+            if certified and self.solve_exact and self.cg_direction and self.finish_curvature == "full":
                 # A Newton-CG decrement: confirm it at this point with the exact Hessian.
                 self.verify_full = True
                 return self._reevaluate()
             if certified and self.solve_exact:
                 what = "with the previous Hessian, bounded" if stale else "="
-                return self._finish(True, f"Newton decrement lambda^2 {what} {bound:.3g} "
-                                          f"<= tol*max(1,|E|)")
+                return self._finish(True, f"Newton decrement lambda^2 {what} {bound:.3g} <= tol*max(1,|E|)")
             if certified and self.flat_gradient:
-                return self._finish(False, (
-                    f"the Hessian is singular to working precision ({self.dtype}) and the "
-                    f"gradient along its null directions is {self.flat_gradient:.3g} in "
-                    f"equilibrated units, not rounding: the objective still changes along "
-                    f"nearly collinear columns, so its optimum there is not determined in "
-                    f"this dtype (lambda^2 on the rest is {bound:.3g}); drop or "
-                    f"combine those columns, or add an L2 penalty"), warn=True)
+                return self._finish(
+                    False,
+                    (
+                        f"the Hessian is singular to working precision ({self.dtype}) and the "
+                        f"gradient along its null directions is {self.flat_gradient:.3g} in "
+                        f"equilibrated units, not rounding: the objective still changes along "
+                        f"nearly collinear columns, so its optimum there is not determined in "
+                        f"this dtype (lambda^2 on the rest is {bound:.3g}); drop or "
+                        f"combine those columns, or add an L2 penalty"
+                    ),
+                    warn=True,
+                )
             if stale:
                 # Not verified (or the step's decrease was not the predicted one):
                 # evaluate this point again with its own curvature.
                 return self._reevaluate()
             if self.detect_separation and self._check_separation(s, delta, step):
                 return None
-            if (s.hess is not None and dec is not None and self.solve_exact
-                    and not (self.detect_separation and s.n_saturated)):
+            if (
+                s.hess is not None
+                and dec is not None
+                and self.solve_exact
+                and not (self.detect_separation and s.n_saturated)
+            ):
                 # Newton converges quadratically: once the decrement predicted after a
                 # full step, (lambda / (1 - lambda))^4, is below the tolerance, the
                 # next pass sums only E and g (a Hessian pass costs d~ K (K+1) / 2 of
@@ -404,16 +433,23 @@ class StepFitter(Fitter):
                 # the Hessian changes a lot relative to its small eigenvalue (the
                 # self-concordance constant grows with the condition number).
                 lam = math.sqrt(max(dec, 0.0))
-                if (lam <= 0.25 and (lam / (1 - lam)) ** 4 <= self.tol * scale
-                        and self.rcond >= math.sqrt(torch.finfo(self.dtype).eps)):
+                if (
+                    lam <= 0.25
+                    and (lam / (1 - lam)) ** 4 <= self.tol * scale
+                    and self.rcond >= math.sqrt(torch.finfo(self.dtype).eps)
+                ):
                     self.light, self.light_hess, self.light_lambda = True, s.hess, lam
         if self.finishing:
             if self.result.n_iter - self.finish_from >= FINISH_MAX_STEPS:
-                return self._finish(False, f"{FINISH_MAX_STEPS} Newton-type finishing steps "
-                                           f"did not meet the decrement test", warn=True)
+                return self._finish(
+                    False,
+                    f"{FINISH_MAX_STEPS} Newton-type finishing steps did not meet the decrement test",
+                    warn=True,
+                )
         elif self.result.n_iter >= self.max_iter:
-            return self._finish(False, f"max_iter={self.max_iter} reached (gradient norm "
-                                       f"{grad_norm:.3g})", warn=True)
+            return self._finish(
+                False, f"max_iter={self.max_iter} reached (gradient norm {grad_norm:.3g})", warn=True
+            )
         self.slope = float(s.grad @ delta)
         if not self.slope < 0:
             # Not a descent direction (rounding in a near-singular model): fall back to -g.
@@ -463,8 +499,9 @@ class StepFitter(Fitter):
         # superlinear forcing alone asks for ever smaller residuals. Newton-CG's own
         # steps keep the forcing: on an ill-conditioned Hessian a floored solve stalls.
         floor = math.sqrt(0.01 * self.tol * max(1.0, abs(float(s.loss)))) if self.finishing else 0.0
-        x, n_cg, self.solve_exact = cg_solve(s.hvp, s.grad, s.diag, max_iter=max_cg,
-                                             precondition=self.cg_preconditioner(s), floor=floor)
+        x, n_cg, self.solve_exact = cg_solve(
+            s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=self.cg_preconditioner(s), floor=floor
+        )
         self.result.extra.setdefault("cg_iterations", []).append(n_cg)
         x = self.remove_shift(x)
         return x, float(-(s.grad @ x))
@@ -502,8 +539,11 @@ class StepFitter(Fitter):
         self.light = False  # the quadratic prediction was for the full step
         f0 = float(self.base.loss)
         rounding = 10 * torch.finfo(self.dtype).eps * max(1.0, abs(f0))
-        stalled = (s.n_invalid == 0 and -self.t * self.slope <= rounding
-                   and ((self.newton_like and self.decrement is not None) or self.n_rejected >= 5))
+        stalled = (
+            s.n_invalid == 0
+            and -self.t * self.slope <= rounding
+            and ((self.newton_like and self.decrement is not None) or self.n_rejected >= 5)
+        )
         if stalled and not self.newton_like:
             if self.redirect():
                 return None
@@ -513,12 +553,16 @@ class StepFitter(Fitter):
             # (at once for Newton-type steps, whose full step predicts it; first-order
             # steps first get a few halvings).
             grad_norm = float(self.base.grad.abs().max())
-            return self._finish(True, f"converged to working precision ({self.dtype}): predicted "
-                                      f"decrease below rounding, gradient norm {grad_norm:.3g}")
+            return self._finish(
+                True,
+                f"converged to working precision ({self.dtype}): predicted "
+                f"decrease below rounding, gradient norm {grad_norm:.3g}",
+            )
         if self.n_rejected > self.max_halvings:
             why = "eta left the link's domain" if s.n_invalid else "no sufficient decrease"
-            return self._finish(False, f"line search failed after {self.max_halvings} halvings "
-                                       f"({why})", warn=True)
+            return self._finish(
+                False, f"line search failed after {self.max_halvings} halvings ({why})", warn=True
+            )
         self.t *= 0.5
         self.theta = self.base_theta + self.t * self.delta
 
@@ -547,8 +591,11 @@ class StepFitter(Fitter):
         intercept-only fit ``b = g(mean(y))``, ``W = 0`` (once)."""
         model = self.model
         if self.restarted or not model.has_intercept or model.family.multi_output:
-            return self._finish(False, "the starting point gives eta outside the link's domain "
-                                       "or a non-finite loss", warn=True)
+            return self._finish(
+                False,
+                "the starting point gives eta outside the link's domain or a non-finite loss",
+                warn=True,
+            )
         self.restarted = True
         self.theta = self._intercept_only(s)
         self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
@@ -586,13 +633,20 @@ class StepFitter(Fitter):
         # steps); quasi-complete separation leaves the loss of the overlapping samples.
         losses = [h["loss"] for h in self.result.history[-2:]]
         kind = "perfect" if losses[-1] < 0.9 * losses[0] else "quasi-complete"
-        info = {"kind": kind, "n_saturated": s.n_saturated, "n_samples": s.n_samples,
-                "direction": direction.detach().cpu(), "coefficients": coefs}
+        info = {
+            "kind": kind,
+            "n_saturated": s.n_saturated,
+            "n_samples": s.n_samples,
+            "direction": direction.detach().cpu(),
+            "coefficients": coefs,
+        }
         self.result.extra["separation"] = info
-        msg = (f"{kind} separation: {s.n_saturated} of {s.n_samples} samples have fitted "
-               f"probabilities numerically 0 or 1 and the coefficients diverge along "
-               f"{coefs}; the unpenalized maximum-likelihood estimate does not exist. "
-               f"Fit with an L2 penalty (l2 > 0, e.g. l2=1e-4) for finite coefficients.")
+        msg = (
+            f"{kind} separation: {s.n_saturated} of {s.n_samples} samples have fitted "
+            f"probabilities numerically 0 or 1 and the coefficients diverge along "
+            f"{coefs}; the unpenalized maximum-likelihood estimate does not exist. "
+            f"Fit with an L2 penalty (l2 > 0, e.g. l2=1e-4) for finite coefficients."
+        )
         _warn(msg, SeparationWarning)
         self._finish(False, msg)
         return True
@@ -603,18 +657,27 @@ class StepFitter(Fitter):
         r.converged, r.message = converged, message
         base = self.base
         if base is not None:
-            step = (converged and self.handoff and self.newton_like and self.solve_exact
-                    and self.delta is not None)
+            step = (
+                converged
+                and self.handoff
+                and self.newton_like
+                and self.solve_exact
+                and self.delta is not None
+            )
             set_flat_parameters(self.model, self.base_theta + self.delta if step else self.base_theta)
             # After a light verifying pass: the Hessian of the previous point.
             hess = base.hess if base.hess is not None else (self.light_hess if converged else None)
-            r.extra.update(loss=float(base.loss), grad=base.grad.detach(),
-                           hessian=None if hess is None else hess.detach())
-        r.extra.update(passes=self.n_passes, dtype=str(self.dtype),
-                       numerical_warnings=dict(self.notes))
+            r.extra.update(
+                loss=float(base.loss),
+                grad=base.grad.detach(),
+                hessian=None if hess is None else hess.detach(),
+            )
+        r.extra.update(passes=self.n_passes, dtype=str(self.dtype), numerical_warnings=dict(self.notes))
         if self.finishing:
             r.extra["finish_steps"] = r.n_iter - self.finish_from
-            r.message = (f"{r.extra['first_order_stop']}; then {r.extra['finish_steps']} "
-                         f"Newton-type step(s): {message}")
+            r.message = (
+                f"{r.extra['first_order_stop']}; then {r.extra['finish_steps']} "
+                f"Newton-type step(s): {message}"
+            )
         if warn:
             _warn(f"{self.name}: {message}", ConvergenceWarning)

@@ -6,8 +6,12 @@ Importing this package is cheap; its classes import Lightning on first access
 
 __all__ = ["BayesianEvaluation", "GLMDataModule", "GLMMetrics", "GLMTask"]
 
-_HOMES = {"BayesianEvaluation": ".bayes_callback", "GLMDataModule": ".data_module",
-          "GLMMetrics": ".metrics", "GLMTask": ".task"}
+_HOMES = {
+    "BayesianEvaluation": ".bayes_callback",
+    "GLMDataModule": ".data_module",
+    "GLMMetrics": ".metrics",
+    "GLMTask": ".task",
+}
 
 
 def __getattr__(name: str):

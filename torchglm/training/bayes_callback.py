@@ -82,11 +82,20 @@ class BayesianEvaluation(pl.Callback):
               init_args: {num_chains: 4, num_samples: 300}
     """
 
-    def __init__(self, prior_variance: float | None = None, bias_variance: float | None = None,
-                 select_lambda: Literal["none", "evidence", "validation"] = "none",
-                 lambdas: list[float] | None = None, num_chains: int = 4, num_samples: int = 300,
-                 warmup_steps: int = 200, mc_samples: int = 4000, ece_bins: int = 15, seed: int = 0,
-                 variational: bool = False):
+    def __init__(
+        self,
+        prior_variance: float | None = None,
+        bias_variance: float | None = None,
+        select_lambda: Literal["none", "evidence", "validation"] = "none",
+        lambdas: list[float] | None = None,
+        num_chains: int = 4,
+        num_samples: int = 300,
+        warmup_steps: int = 200,
+        mc_samples: int = 4000,
+        ece_bins: int = 15,
+        seed: int = 0,
+        variational: bool = False,
+    ):
         if prior_variance is not None:
             check_positive("prior_variance", prior_variance)
         if bias_variance is not None:
@@ -115,14 +124,16 @@ class BayesianEvaluation(pl.Callback):
     # -- Lightning hooks ------------------------------------------------------------
     def setup(self, trainer, pl_module, stage: str) -> None:
         if trainer.world_size > 1:
-            raise fail("trainer", "a single process for BayesianEvaluation", f"world_size={trainer.world_size}")
+            raise fail(
+                "trainer", "a single process for BayesianEvaluation", f"world_size={trainer.world_size}"
+            )
 
     def on_fit_start(self, trainer, pl_module) -> None:
         self._fit_start = time.perf_counter()
 
     def on_fit_end(self, trainer, pl_module) -> None:
         if self._fit_start is not None:
-            self.wall_s["MAP"] = time.perf_counter() - self._fit_start   # the trainer's fit
+            self.wall_s["MAP"] = time.perf_counter() - self._fit_start  # the trainer's fit
         self.run(trainer, pl_module)
         # (Re-)save the checkpoint: it then holds the MAP and its posterior together.
         # Without a saved one (pass-based fits take no optimizer step, so Lightning's
@@ -132,8 +143,11 @@ class BayesianEvaluation(pl.Callback):
         if ckpt is not None and ckpt.best_model_path:
             self.checkpoint_path = ckpt.best_model_path
         else:
-            folder = Path(ckpt.dirpath) if ckpt is not None and ckpt.dirpath else \
-                Path(trainer.default_root_dir) / "checkpoints"
+            folder = (
+                Path(ckpt.dirpath)
+                if ckpt is not None and ckpt.dirpath
+                else Path(trainer.default_root_dir) / "checkpoints"
+            )
             self.checkpoint_path = str(folder / "map_posterior.ckpt")
         trainer.save_checkpoint(self.checkpoint_path)
 
@@ -149,9 +163,11 @@ class BayesianEvaluation(pl.Callback):
     # -- the analysis -----------------------------------------------------------------
     def posterior_state(self) -> dict[str, Any]:
         """Laplace mean/covariance (the variational one, the MCMC draws) as plain tensors."""
-        return {"laplace": self.laplace.state_dict(),
-                "variational": None if self.vb is None else self.vb.state_dict(),
-                "samples": None if self.samples is None else self.samples.state_dict()}
+        return {
+            "laplace": self.laplace.state_dict(),
+            "variational": None if self.vb is None else self.vb.state_dict(),
+            "samples": None if self.samples is None else self.samples.state_dict(),
+        }
 
     @staticmethod
     def _features(pl_module, split: str, datamodule):
@@ -170,8 +186,11 @@ class BayesianEvaluation(pl.Callback):
         n = train[0].shape[0]
         if self.prior_variance is None and not model.l2 > 0:
             raise fail("model l2", "a positive penalty (or BayesianEvaluation.prior_variance)", model.l2)
-        lam = (self.prior_variance if self.prior_variance is not None
-               else GaussianPrior.from_l2(model.l2, n).variance)
+        lam = (
+            self.prior_variance
+            if self.prior_variance is not None
+            else GaussianPrior.from_l2(model.l2, n).variance
+        )
         curves = self._curves(model, train, val)
         if self.select_lambda != "none":
             lam = curves[self.select_lambda].best_lambda
@@ -184,11 +203,14 @@ class BayesianEvaluation(pl.Callback):
             self.wall_s["MAP"] = time.perf_counter() - start
         start = time.perf_counter()
         self.laplace = laplace_posterior(model, train, prior, fit=False)
-        self.wall_s["Laplace"] = time.perf_counter() - start   # at the MAP: one Hessian pass
+        self.wall_s["Laplace"] = time.perf_counter() - start  # at the MAP: one Hessian pass
         if self.variational and not has_jj_bound(model):
-            print(f"BayesianEvaluation: no variational row: the Jaakkola-Jordan bound is for "
-                  f"logistic regression, not {model.family.name}/{model.family.link.name}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"BayesianEvaluation: no variational row: the Jaakkola-Jordan bound is for "
+                f"logistic regression, not {model.family.name}/{model.family.link.name}",
+                file=sys.stderr,
+                flush=True,
+            )
         elif self.variational:
             start = time.perf_counter()
             self.vb = variational_posterior(model, train, prior)
@@ -196,28 +218,54 @@ class BayesianEvaluation(pl.Callback):
         if self.num_chains:
             # NUTS takes minutes on larger data and has no progress bar here: say what runs.
             start = time.perf_counter()
-            print(f"BayesianEvaluation: NUTS, {self.num_chains} chains x ({self.warmup_steps} warmup + "
-                  f"{self.num_samples}) draws ...", file=sys.stderr, flush=True)
-            self.samples = sample_posterior(model, train, self.laplace, num_chains=self.num_chains,
-                                            num_samples=self.num_samples, warmup_steps=self.warmup_steps,
-                                            seed=self.seed, progress=_stderr_line)
+            print(
+                f"BayesianEvaluation: NUTS, {self.num_chains} chains x ({self.warmup_steps} warmup + "
+                f"{self.num_samples}) draws ...",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.samples = sample_posterior(
+                model,
+                train,
+                self.laplace,
+                num_chains=self.num_chains,
+                num_samples=self.num_samples,
+                warmup_steps=self.warmup_steps,
+                seed=self.seed,
+                progress=_stderr_line,
+            )
             self.wall_s["MCMC"] = time.perf_counter() - start
-            print(f"BayesianEvaluation: NUTS done in {self.wall_s['MCMC']:.1f} s", file=sys.stderr,
-                  flush=True)
+            print(
+                f"BayesianEvaluation: NUTS done in {self.wall_s['MCMC']:.1f} s", file=sys.stderr, flush=True
+            )
         table, diff = self._compare(model, x_test, y_test)
         self.report = {
-            "prior": {"variance": lam, "bias_variance": self.bias_variance, "l2": model.l2,
-                      "select_lambda": self.select_lambda, "refit_map": refit},
-            "laplace": {"log_evidence": self.laplace.log_evidence, "grad_norm": self.laplace.grad_norm,
-                        "dim": self.laplace.dim},
-            "variational": None if self.vb is None else {
-                "elbo": self.vb.elbo, "n_iter": self.vb.result.n_iter, "converged": self.vb.result.converged},
+            "prior": {
+                "variance": lam,
+                "bias_variance": self.bias_variance,
+                "l2": model.l2,
+                "select_lambda": self.select_lambda,
+                "refit_map": refit,
+            },
+            "laplace": {
+                "log_evidence": self.laplace.log_evidence,
+                "grad_norm": self.laplace.grad_norm,
+                "dim": self.laplace.dim,
+            },
+            "variational": None
+            if self.vb is None
+            else {
+                "elbo": self.vb.elbo,
+                "n_iter": self.vb.result.n_iter,
+                "converged": self.vb.result.converged,
+            },
             "mcmc": None if self.samples is None else {**self.samples.diagnostics(), **self.samples.info},
             "wall_s": {name: self.wall_s[name] for name in table if name in self.wall_s},
             "test": table,
             "laplace_vs_mcmc": diff,
-            "lambda_curves": {k: {"best_lambda": c.best_lambda, "at_boundary": c.at_boundary}
-                              for k, c in curves.items()},
+            "lambda_curves": {
+                k: {"best_lambda": c.best_lambda, "at_boundary": c.at_boundary} for k, c in curves.items()
+            },
         }
         if trainer.is_global_zero:
             self._write(trainer, table, curves)
@@ -226,15 +274,20 @@ class BayesianEvaluation(pl.Callback):
     def _curves(self, model, train, val) -> dict[str, LambdaCurve]:
         if self.lambdas is not None and len(self.lambdas) == 0:
             return {}
-        return {"evidence": evidence_curve(model, train, self.lambdas, self.bias_variance),
-                "validation": validation_curve(model, train, val, self.lambdas, self.bias_variance)}
+        return {
+            "evidence": evidence_curve(model, train, self.lambdas, self.bias_variance),
+            "validation": validation_curve(model, train, val, self.lambdas, self.bias_variance),
+        }
 
     @torch.no_grad()
     def _compare(self, model, x_test, y_test):
         gen = torch.Generator().manual_seed(self.seed)
-        probas = {"MAP": model.predict_proba(x_test),
-                  "Laplace": predictive(model, self.laplace, x_test, n_samples=self.mc_samples,
-                                        generator=gen).proba}
+        probas = {
+            "MAP": model.predict_proba(x_test),
+            "Laplace": predictive(
+                model, self.laplace, x_test, n_samples=self.mc_samples, generator=gen
+            ).proba,
+        }
         if self.vb is not None:
             probas["Variational"] = predictive(model, self.vb, x_test).proba
         if self.samples is not None:
@@ -251,20 +304,27 @@ class BayesianEvaluation(pl.Callback):
         run_dir.mkdir(parents=True, exist_ok=True)
         header = f"Bayesian evaluation on the test split (lambda = {self.report['prior']['variance']:.4g})"
         wall = self.report["wall_s"]
-        lines = [header, format_table({name: {**row, "wall_s": wall.get(name, float("nan"))}
-                                       for name, row in table.items()})]
+        lines = [
+            header,
+            format_table(
+                {name: {**row, "wall_s": wall.get(name, float("nan"))} for name, row in table.items()}
+            ),
+        ]
         if self.report["mcmc"] is not None:
             m = self.report["mcmc"]
-            lines.append(f"NUTS: {m['num_chains']} chains x {m['num_samples']} draws, "
-                         f"max R-hat {m['max_rhat']:.4f}, min ESS {m['min_ess']:.0f}; "
-                         f"|p_Laplace - p_MCMC| mean {self.report['laplace_vs_mcmc']['mean_abs_diff']:.4f} "
-                         f"max {self.report['laplace_vs_mcmc']['max_abs_diff']:.4f}")
+            lines.append(
+                f"NUTS: {m['num_chains']} chains x {m['num_samples']} draws, "
+                f"max R-hat {m['max_rhat']:.4f}, min ESS {m['min_ess']:.0f}; "
+                f"|p_Laplace - p_MCMC| mean {self.report['laplace_vs_mcmc']['mean_abs_diff']:.4f} "
+                f"max {self.report['laplace_vs_mcmc']['max_abs_diff']:.4f}"
+            )
         for name, c in curves.items():
             lines.append(f"lambda by {name}: {c.best_lambda:.4g}" + (" (grid edge)" if c.at_boundary else ""))
         print("\n".join(lines))
         (run_dir / "bayes.json").write_text(json.dumps(self.report, indent=2) + "\n")
         (run_dir / "lambda_curves.json").write_text(
-            json.dumps({k: c.to_dict() for k, c in curves.items()}, indent=2) + "\n")
+            json.dumps({k: c.to_dict() for k, c in curves.items()}, indent=2) + "\n"
+        )
         torch.save(self.posterior_state(), run_dir / "posterior.pt")
         logger = trainer.logger
         if logger is None:
@@ -286,10 +346,14 @@ class BayesianEvaluation(pl.Callback):
                 for i, (lam, score) in enumerate(zip(c.lambdas, c.scores[c.criterion])):
                     experiment.add_scalar(f"bayes/lambda_curve/{name}/{c.criterion}", score, i)
                     experiment.add_scalar(f"bayes/lambda_curve/{name}/log10_lambda", math.log10(lam), i)
-                rows = [f"| {lam:.6g} | {score:.6g} |" for lam, score in zip(c.lambdas, c.scores[c.criterion])]
-                experiment.add_text(f"bayes/lambda_curve/{name}",
-                                    "\n".join([f"| lambda | {c.criterion} |", "|---|---|", *rows]),
-                                    trainer.global_step)
+                rows = [
+                    f"| {lam:.6g} | {score:.6g} |" for lam, score in zip(c.lambdas, c.scores[c.criterion])
+                ]
+                experiment.add_text(
+                    f"bayes/lambda_curve/{name}",
+                    "\n".join([f"| lambda | {c.criterion} |", "|---|---|", *rows]),
+                    trainer.global_step,
+                )
             experiment.add_figure("bayes/lambda_curves", _curve_figure(curves), trainer.global_step)
 
 

@@ -72,28 +72,51 @@ class GLMCLI(LightningCLI):
             seed_everything_default=0,
             trainer_defaults=defaults,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"exit_on_error": False, "prog": "torchglm train",
-                           "description": "Fit, validate and test a torchglm model from a config file."},
+            parser_kwargs={
+                "exit_on_error": False,
+                "prog": "torchglm train",
+                "description": "Fit, validate and test a torchglm model from a config file.",
+            },
         )
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
-        parser.add_argument("--run_dir", type=str | None, default=None,
-                            help="Output directory (default: runs/<config name>/version_<N>, the next free N).")
-        parser.add_argument("--resume", type=str | None, default=None,
-                            help="Go on with an interrupted run: RUN_DIR/checkpoints/last.ckpt (written after "
-                                 "every epoch) with the same config and --run_dir.")
+        parser.add_argument(
+            "--run_dir",
+            type=str | None,
+            default=None,
+            help="Output directory (default: runs/<config name>/version_<N>, the next free N).",
+        )
+        parser.add_argument(
+            "--resume",
+            type=str | None,
+            default=None,
+            help="Go on with an interrupted run: RUN_DIR/checkpoints/last.ckpt (written after "
+            "every epoch) with the same config and --run_dir.",
+        )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
-        parser.set_defaults({"checkpoint.monitor": "val/loss", "checkpoint.mode": "min",
-                             "checkpoint.filename": "best", "checkpoint.auto_insert_metric_name": False,
-                             "checkpoint.save_last": False})
+        parser.set_defaults(
+            {
+                "checkpoint.monitor": "val/loss",
+                "checkpoint.mode": "min",
+                "checkpoint.filename": "best",
+                "checkpoint.auto_insert_metric_name": False,
+                "checkpoint.save_last": False,
+            }
+        )
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
-        parser.set_defaults({"early_stopping.monitor": "val/loss", "early_stopping.mode": "min",
-                             "early_stopping.patience": 20})
+        parser.set_defaults(
+            {
+                "early_stopping.monitor": "val/loss",
+                "early_stopping.mode": "min",
+                "early_stopping.patience": 20,
+            }
+        )
 
     def instantiate_trainer(self, **kwargs: Any):
         self.run_dir = _resolve_run_dir(self.config)
-        kwargs["logger"] = TensorBoardLogger(save_dir=str(self.run_dir), name="", version="",
-                                             default_hp_metric=False)
+        kwargs["logger"] = TensorBoardLogger(
+            save_dir=str(self.run_dir), name="", version="", default_hp_metric=False
+        )
         kwargs["default_root_dir"] = str(self.run_dir)
         trainer = super().instantiate_trainer(**kwargs)
         if self.model.solver != "sgd":
@@ -130,20 +153,29 @@ def _check_resumable(ckpt: dict[str, Any], task: GLMTask, path: str) -> None:
     """
     solver = ckpt.get("hyper_parameters", {}).get("solver")
     if solver != task.solver:
-        raise fail("resume", f"a checkpoint of a '{task.solver}' fit (this config's solver)",
-                   f"'{path}' (a '{solver}' fit)")
+        raise fail(
+            "resume",
+            f"a checkpoint of a '{task.solver}' fit (this config's solver)",
+            f"'{path}' (a '{solver}' fit)",
+        )
     theirs = ckpt["torchglm"].get("fit_result") or {}
     if task.fitter is not None and theirs.get("solver") != task.fitter.result.solver:
-        raise fail("resume", f"a checkpoint of a '{task.fitter.result.solver}' fit (this config's solver)",
-                   f"'{path}' (a '{theirs.get('solver')}' fit)")
+        raise fail(
+            "resume",
+            f"a checkpoint of a '{task.fitter.result.solver}' fit (this config's solver)",
+            f"'{path}' (a '{theirs.get('solver')}' fit)",
+        )
 
     def shapes(state):
         return {k: tuple(v.shape) for k, v in state.items() if k.startswith(("model.", "basis."))}
 
     want, got = shapes(task.state_dict()), shapes(ckpt["state_dict"])
     if want != got or ckpt["torchglm"].get("feature_names") != task.feature_names:
-        raise fail("resume", f"a checkpoint of this config's model ({_describe(want, task.feature_names)})",
-                   f"'{path}' ({_describe(got, ckpt['torchglm'].get('feature_names'))})")
+        raise fail(
+            "resume",
+            f"a checkpoint of this config's model ({_describe(want, task.feature_names)})",
+            f"'{path}' ({_describe(got, ckpt['torchglm'].get('feature_names'))})",
+        )
 
 
 def _describe(shapes: dict[str, tuple], names) -> str:
@@ -168,8 +200,12 @@ def run(cli: GLMCLI) -> dict[str, Any]:
     resume = cli.config.get("resume")
     if resume is not None:
         if not Path(resume).exists():
-            raise fail("resume", "an existing checkpoint file (RUN/checkpoints/last.ckpt, written after every "
-                       "epoch: run once without --resume first)", f"'{resume}' (not found)")
+            raise fail(
+                "resume",
+                "an existing checkpoint file (RUN/checkpoints/last.ckpt, written after every "
+                "epoch: run once without --resume first)",
+                f"'{resume}' (not found)",
+            )
         _check_resumable(load_checkpoint(resume, "resume"), task, resume)
     run_dir = Path(cli.run_dir)
     rd = RunDir(run_dir, primary=_is_primary())
@@ -180,8 +216,12 @@ def run(cli: GLMCLI) -> dict[str, Any]:
         raise
     except (torch.linalg.LinAlgError, OverflowError) as err:
         rd.rollback()
-        raise fail("fit", "finite, well-scaled data", f"a numerical failure ({_one_line(err)}); "
-                   "standardize the features (data.standardize: true) or rescale them") from None
+        raise fail(
+            "fit",
+            "finite, well-scaled data",
+            f"a numerical failure ({_one_line(err)}); "
+            "standardize the features (data.standardize: true) or rescale them",
+        ) from None
     except BaseException:
         # A crash or Ctrl-C (Lightning exits with SystemExit(1)) keeps what the run
         # wrote, last.ckpt included, for --resume.
@@ -212,7 +252,9 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
         if trainer.is_global_zero:
             os.replace(tmp, model_ckpt)
         trainer.strategy.barrier("model_ckpt")
-    val = trainer.validate(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[0]
+    val = trainer.validate(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[
+        0
+    ]
     test = trainer.test(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[0]
     train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")
     result = task.fit_result
@@ -229,7 +271,9 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
             "seconds": round(fit_seconds, 3),
             "resumed_from": resume,
         },
-        **{split: _strip(values, split) for split, values in (("train", train), ("val", val), ("test", test))},
+        **{
+            split: _strip(values, split) for split, values in (("train", train), ("val", val), ("test", test))
+        },
     }
     if trainer.is_global_zero:
         _log_to_tensorboard(trainer, cli.config, metrics, result)
@@ -243,8 +287,11 @@ def _log_to_tensorboard(trainer, config, metrics: dict[str, Any], result) -> Non
     logger = trainer.logger
     if not isinstance(logger, TensorBoardLogger):
         return
-    hparams = {k: v for k, v in _flat(config.as_dict() if hasattr(config, "as_dict") else dict(config)).items()
-               if k.startswith(("model.", "data.")) and isinstance(v, (int, float, str, bool))}
+    hparams = {
+        k: v
+        for k, v in _flat(config.as_dict() if hasattr(config, "as_dict") else dict(config)).items()
+        if k.startswith(("model.", "data.")) and isinstance(v, (int, float, str, bool))
+    }
     final = {f"final/{split}_{k}": v for split in ("train", "val", "test") for k, v in metrics[split].items()}
     logger.log_hyperparams(hparams, final)
     writer = logger.experiment
@@ -253,8 +300,9 @@ def _log_to_tensorboard(trainer, config, metrics: dict[str, Any], result) -> Non
         for key, value in entry.items():
             if key != "iteration" and isinstance(value, (int, float)):
                 writer.add_scalar(f"fit_history/{key}", float(value), step)
-    writer.add_text("fit", f"{result.solver}: converged={result.converged}, {result.n_iter} iterations: "
-                           f"{result.message}")
+    writer.add_text(
+        "fit", f"{result.solver}: converged={result.converged}, {result.n_iter} iterations: {result.message}"
+    )
     writer.flush()
 
 
@@ -286,8 +334,10 @@ def format_table(metrics: dict[str, Any]) -> str:
     for name in names:
         lines.append(f"{name:<10}" + "".join(f"{metrics[s].get(name, float('nan')):>10.4f}" for s in splits))
     fit = metrics["fit"]
-    lines.append(f"fit: {fit['solver']}, {fit['epochs']} epochs, {fit['seconds']:.1f} s"
-                 + (f", converged={fit['converged']}" if not fit["solver"].startswith("sgd") else ""))
+    lines.append(
+        f"fit: {fit['solver']}, {fit['epochs']} epochs, {fit['seconds']:.1f} s"
+        + (f", converged={fit['converged']}" if not fit["solver"].startswith("sgd") else "")
+    )
     lines.append(f"model: {metrics['checkpoint']}")
     lines.append(f"run directory: {metrics['run_dir']}")
     return "\n".join(lines)

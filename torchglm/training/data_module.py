@@ -117,8 +117,11 @@ class GLMDataModule(pl.LightningDataModule):
             if not 0 < f < 1:
                 raise fail(name, "a fraction strictly between 0 and 1", f)
         if val_fraction + test_fraction >= 1:
-            raise fail("val_fraction + test_fraction", "less than 1 (rows must remain for training)",
-                       val_fraction + test_fraction)
+            raise fail(
+                "val_fraction + test_fraction",
+                "less than 1 (rows must remain for training)",
+                val_fraction + test_fraction,
+            )
         if n_classes is not None and n_classes < 2:
             raise fail("n_classes", "an integer >= 2", n_classes)
         if dtype not in _DTYPES:
@@ -141,8 +144,9 @@ class GLMDataModule(pl.LightningDataModule):
         self.steps_per_block = 1
 
     # -- loading and validation -------------------------------------------------
-    def _read(self) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None,
-                             str | None, int | None]:
+    def _read(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, str | None, int | None]:
         """``(x, y, weight, offset, task, n_classes)`` from the file or built-in dataset."""
         special = [c for c in (self.weight_column, self.offset_column) if c is not None]
         if Path(self.source).suffix.lower() in (".csv", ".npz", ".npy") or Path(self.source).exists():
@@ -157,24 +161,38 @@ class GLMDataModule(pl.LightningDataModule):
                         raise fail(role, f"a column of '{self.source}' ({names})", repr(col))
                     columns[role] = x[:, names.index(col)]
             if special:
-                keep = list(self.features) if self.features is not None else [n for n in names if n not in special]
+                keep = (
+                    list(self.features)
+                    if self.features is not None
+                    else [n for n in names if n not in special]
+                )
                 missing = [n for n in keep if n not in names or n in special]
                 if missing:
-                    raise fail("features", f"feature columns of '{self.source}' other than weight/offset",
-                               missing)
+                    raise fail(
+                        "features", f"feature columns of '{self.source}' other than weight/offset", missing
+                    )
                 x = x[:, [names.index(n) for n in keep]]
                 names = keep
             self.feature_names = names
             return (x, table.y, columns.get("weight"), columns.get("offset"), self.task, self.n_classes)
         if self.target is not None or self.features is not None or special:
-            raise fail("target/features/weight/offset", f"unset for the built-in dataset '{self.source}'",
-                       (self.target, self.features, self.weight_column, self.offset_column))
+            raise fail(
+                "target/features/weight/offset",
+                f"unset for the built-in dataset '{self.source}'",
+                (self.target, self.features, self.weight_column, self.offset_column),
+            )
         ds = load_dataset(self.source, **self.dataset_options)
         self.feature_names = ds.feature_names
         if self.task is not None and self.task != ds.task:
             raise fail("task", f"'{ds.task}' for the built-in dataset '{self.source}'", repr(self.task))
-        return (ds.x, ds.y, ds.weight, ds.offset, ds.task,
-                self.n_classes if self.n_classes is not None else ds.n_classes)
+        return (
+            ds.x,
+            ds.y,
+            ds.weight,
+            ds.offset,
+            ds.task,
+            self.n_classes if self.n_classes is not None else ds.n_classes,
+        )
 
     def setup(self, stage: str | None = None) -> None:
         """Read, validate, split and standardize the data (once; later calls are no-ops).
@@ -202,13 +220,19 @@ class GLMDataModule(pl.LightningDataModule):
         if min(n_val, n_test, n_train) < 1:
             raise fail("data", "at least one row in each of train/val/test", f"{n} rows in total")
         perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        parts = {"train": perm[:n_train], "val": perm[n_train:n_train + n_val], "test": perm[n_train + n_val:]}
+        parts = {
+            "train": perm[:n_train],
+            "val": perm[n_train : n_train + n_val],
+            "test": perm[n_train + n_val :],
+        }
         mean, scale = standardization(x[parts["train"]], self.standardize)
         self.feature_mean, self.feature_scale = mean, scale
         z = standardize(x, mean, scale, self.dtype)
         self._splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
-        self._extras = {k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))
-                        for k, idx in parts.items()}
+        self._extras = {
+            k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))
+            for k, idx in parts.items()
+        }
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
@@ -234,9 +258,14 @@ class GLMDataModule(pl.LightningDataModule):
                 raise fail(f"y ({split} split)", "integer class labels", "non-integer values")
             bad = (y < 0) | (y >= n_classes)
             if bool(bad.any()):
-                classes = ", ".join(map(str, range(n_classes))) if n_classes <= 4 else f"0, ..., {n_classes - 1}"
-                raise fail(f"y ({split} split)", f"labels in the declared classes {{{classes}}}",
-                           f"label {int(y[bad][0])}")
+                classes = (
+                    ", ".join(map(str, range(n_classes))) if n_classes <= 4 else f"0, ..., {n_classes - 1}"
+                )
+                raise fail(
+                    f"y ({split} split)",
+                    f"labels in the declared classes {{{classes}}}",
+                    f"label {int(y[bad][0])}",
+                )
         check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0])
         self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
         self.task, self.n_classes = "classification", n_classes
@@ -281,15 +310,25 @@ class GLMDataModule(pl.LightningDataModule):
             idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
             x, y = x[idx], y[idx]
             weight, offset = (None if t is None else t[idx] for t in (weight, offset))
-        return TensorBatches(x, y, weight, offset, batch_size=batch_size, shuffle=shuffle,
-                             generator=self._generator if shuffle else None)
+        return TensorBatches(
+            x,
+            y,
+            weight,
+            offset,
+            batch_size=batch_size,
+            shuffle=shuffle,
+            generator=self._generator if shuffle else None,
+        )
 
     def train_batches(self, batch_size: int | None = None, shuffle: bool | None = None) -> TensorBatches:
         """Re-iterable training batches (for pass-based fitters and callbacks).
 
         Defaults: ``batch_size`` and ``shuffle`` of this module."""
-        return self._batches("train", self.batch_size if batch_size is None else batch_size,
-                             self.shuffle if shuffle is None else shuffle)
+        return self._batches(
+            "train",
+            self.batch_size if batch_size is None else batch_size,
+            self.shuffle if shuffle is None else shuffle,
+        )
 
     def val_batches(self) -> TensorBatches:
         return self._batches("val", self.eval_batch_size, False)

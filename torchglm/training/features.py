@@ -30,8 +30,7 @@ def standardization(x_train: torch.Tensor, enabled: bool = True) -> tuple[torch.
     return mean, torch.where(std > 0, std, torch.ones_like(std))
 
 
-def standardize(x: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor,
-                dtype: torch.dtype) -> torch.Tensor:
+def standardize(x: torch.Tensor, mean: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``(x - mean) / scale`` computed in the statistics' precision (float64), then
     cast to the model's ``dtype``."""
     return ((x.to(mean) - mean) / scale).to(dtype)

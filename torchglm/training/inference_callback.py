@@ -55,8 +55,14 @@ class InferenceSummary(pl.Callback):
         results: the last :class:`GLMResults` (``None`` before training ends).
     """
 
-    def __init__(self, information: str | None = None, alpha: float = 0.05, use_t: bool = False,
-                 dirpath: str | None = None, verbose: bool = True):
+    def __init__(
+        self,
+        information: str | None = None,
+        alpha: float = 0.05,
+        use_t: bool = False,
+        dirpath: str | None = None,
+        verbose: bool = True,
+    ):
         self.information, self.alpha, self.use_t = information, alpha, use_t
         self.dirpath, self.verbose = dirpath, verbose
         self.results: GLMResults | None = None
@@ -71,16 +77,24 @@ class InferenceSummary(pl.Callback):
         else:
             names = list(getattr(pl_module, "feature_names", []) or []) or None
         try:
-            res = glm_results(pl_module.model, batches=batches, fit_result=pl_module.fit_result,
-                              information=self.information, alpha=self.alpha, use_t=self.use_t,
-                              feature_names=names)
+            res = glm_results(
+                pl_module.model,
+                batches=batches,
+                fit_result=pl_module.fit_result,
+                information=self.information,
+                alpha=self.alpha,
+                use_t=self.use_t,
+                feature_names=names,
+            )
         except InputError as err:
             # A summary is a report on the run, not part of it: say why there is none.
             warn(f"InferenceSummary: no summary written: {err}", RuntimeWarning)
             return
         if getattr(dm, "standardize", False):
-            res.notes.append("features were standardized on the training split: each coefficient "
-                             "is per training standard deviation of its feature")
+            res.notes.append(
+                "features were standardized on the training split: each coefficient "
+                "is per training standard deviation of its feature"
+            )
         self.results = res
         if not trainer.is_global_zero:
             return

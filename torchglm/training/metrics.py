@@ -53,17 +53,21 @@ class GLMMetrics(nn.Module):
         self.on_mu = nn.ModuleDict()
         if family.is_classifier and family.multi_output:
             k = int(n_classes)
-            self.on_mu.update({
-                "accuracy": MulticlassAccuracy(k, average="micro", validate_args=False),
-                "auroc": MulticlassAUROC(k, validate_args=False),
-                "ece": MulticlassCalibrationError(k, n_bins=ece_bins, validate_args=False),
-            })
+            self.on_mu.update(
+                {
+                    "accuracy": MulticlassAccuracy(k, average="micro", validate_args=False),
+                    "auroc": MulticlassAUROC(k, validate_args=False),
+                    "ece": MulticlassCalibrationError(k, n_bins=ece_bins, validate_args=False),
+                }
+            )
         elif family.is_classifier:
-            self.on_mu.update({
-                "accuracy": BinaryAccuracy(validate_args=False),
-                "auroc": BinaryAUROC(validate_args=False),
-                "ece": BinaryCalibrationError(n_bins=ece_bins, validate_args=False),
-            })
+            self.on_mu.update(
+                {
+                    "accuracy": BinaryAccuracy(validate_args=False),
+                    "auroc": BinaryAUROC(validate_args=False),
+                    "ece": BinaryCalibrationError(n_bins=ece_bins, validate_args=False),
+                }
+            )
         else:
             self.on_mu.update({"mse": MeanSquaredError(), "mae": MeanAbsoluteError(), "r2": R2Score()})
 

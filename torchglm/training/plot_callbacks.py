@@ -60,15 +60,25 @@ class FigureLogger(pl.Callback):
         InputError: on an unknown stage or a non-positive size.
     """
 
-    def __init__(self, stages: list[str] | tuple[str, ...] = _STAGES, dirname: str = "figures",
-                 resolution: int = 150, n_bins: int = 10, max_points: int = 2000,
-                 dpi: int = plotting.DPI):
+    def __init__(
+        self,
+        stages: list[str] | tuple[str, ...] = _STAGES,
+        dirname: str = "figures",
+        resolution: int = 150,
+        n_bins: int = 10,
+        max_points: int = 2000,
+        dpi: int = plotting.DPI,
+    ):
         super().__init__()
         bad = [s for s in stages if s not in _STAGES]
         if bad:
             raise fail("stages", f"a subset of {list(_STAGES)}", bad)
-        for name, value in (("resolution", resolution), ("n_bins", n_bins),
-                            ("max_points", max_points), ("dpi", dpi)):
+        for name, value in (
+            ("resolution", resolution),
+            ("n_bins", n_bins),
+            ("max_points", max_points),
+            ("dpi", dpi),
+        ):
             check_positive(name, value)
         self.stages = tuple(stages)
         self.dirname = dirname
@@ -82,8 +92,11 @@ class FigureLogger(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # Fail before fitting, not after it: the figures need the data module's splits.
         if not callable(getattr(trainer.datamodule, "split", None)):
-            raise fail("trainer.datamodule", "a data module with split(name) -> (x, y), "
-                       "e.g. torchglm.data.GLMDataModule", type(trainer.datamodule).__name__)
+            raise fail(
+                "trainer.datamodule",
+                "a data module with split(name) -> (x, y), e.g. torchglm.data.GLMDataModule",
+                type(trainer.datamodule).__name__,
+            )
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if "fit" in self.stages:
@@ -111,14 +124,21 @@ class FigureLogger(pl.Callback):
         figures = {}
         if x.shape[1] == 2:
             figures["decision_regions"] = plotting.decision_regions(
-                model, x, y, basis=basis, resolution=self.resolution,
-                title=f"{type(model).__name__}, {split} split")
+                model,
+                x,
+                y,
+                basis=basis,
+                resolution=self.resolution,
+                title=f"{type(model).__name__}, {split} split",
+            )
             if basis is None and hasattr(model, "class_log_likelihood"):
                 figures["class_densities"] = plotting.class_conditional_densities(
-                    model.class_log_likelihood, x, y, resolution=self.resolution)
+                    model.class_log_likelihood, x, y, resolution=self.resolution
+                )
         proba = model.predict_proba(basis(x) if basis is not None else x)
         figures["reliability"] = plotting.reliability_diagram(
-            y, {type(model).__name__: proba}, n_bins=self.n_bins, title=f"reliability, {split} split")
+            y, {type(model).__name__: proba}, n_bins=self.n_bins, title=f"reliability, {split} split"
+        )
         result = getattr(pl_module, "fit_result", None)
         history = getattr(result, "history", None)
         if stage == "fit" and history and all("loss" in h for h in history):
@@ -126,14 +146,17 @@ class FigureLogger(pl.Callback):
             # the best value reached; mini-batch runs record only the epoch loss.
             full = all("grad_norm" in h for h in history)
             figures["convergence"] = plotting.solver_convergence(
-                {result.solver: history}, keys=("loss", "grad_norm") if full else ("loss",),
-                optimum=min(h["loss"] for h in history) if full else None)
+                {result.solver: history},
+                keys=("loss", "grad_norm") if full else ("loss",),
+                optimum=min(h["loss"] for h in history) if full else None,
+            )
         out = self.run_dir(trainer)
         paths = []
         for name, fig in figures.items():
             # Save first: add_figure closes the figure.
-            paths.append(plotting.save_figure(fig, os.path.join(out, f"{stage}_{name}.png"),
-                                              dpi=self.dpi, close=False))
+            paths.append(
+                plotting.save_figure(fig, os.path.join(out, f"{stage}_{name}.png"), dpi=self.dpi, close=False)
+            )
             for logger in trainer.loggers:
                 if isinstance(logger, TensorBoardLogger):
                     logger.experiment.add_figure(f"{stage}/{name}", fig, global_step=trainer.global_step)

@@ -64,8 +64,9 @@ def read_features(path: str | Path, features: list[str], header: bool | None = N
     return read_inputs(path, features, None, header)[0]
 
 
-def read_inputs(path: str | Path, features: list[str], offset: str | None = None,
-                header: bool | None = None) -> tuple[np.ndarray, np.ndarray | None]:
+def read_inputs(
+    path: str | Path, features: list[str], offset: str | None = None, header: bool | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     """The model's feature columns ``(n, d)`` and, for a model trained with an offset,
     its offset column ``(n,)`` (float64), from a CSV/NPZ/NPY file.
 
@@ -93,8 +94,12 @@ def read_inputs(path: str | Path, features: list[str], offset: str | None = None
 
 def _missing_offset(path: Path, offset: str, names: list[str] | None) -> InputError:
     got = f"'{path}' with columns {_names(names)}" if names else f"'{path}' (its columns have no names)"
-    return fail("input", f"the offset column '{offset}' the model was trained with (it is added to eta; "
-                "the file must name it)", got)
+    return fail(
+        "input",
+        f"the offset column '{offset}' the model was trained with (it is added to eta; "
+        "the file must name it)",
+        got,
+    )
 
 
 def _read_offset_array(path: Path, offset: str, n: int) -> np.ndarray:
@@ -111,7 +116,9 @@ def _read_offset_array(path: Path, offset: str, n: int) -> np.ndarray:
     try:
         col = np.asarray(col, dtype=np.float64)
     except (ValueError, TypeError):
-        raise fail(f"input '{path}' offset column '{offset}'", "numeric values", f"dtype {col.dtype}") from None
+        raise fail(
+            f"input '{path}' offset column '{offset}'", "numeric values", f"dtype {col.dtype}"
+        ) from None
     if col.shape != (n,):
         raise fail(f"input '{path}' offset column '{offset}'", f"one value per row, shape ({n},)", col.shape)
     return col
@@ -150,8 +157,9 @@ def _read_array(path: Path, features: list[str]) -> np.ndarray:
     return read_table(path, features=features, require_target=False).x
 
 
-def _read_csv(path: Path, features: list[str], header: bool | None,
-              offset: str | None) -> tuple[np.ndarray, np.ndarray | None]:
+def _read_csv(
+    path: Path, features: list[str], header: bool | None, offset: str | None
+) -> tuple[np.ndarray, np.ndarray | None]:
     try:
         # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first name.
         with path.open(newline="", encoding="utf-8-sig") as fh:

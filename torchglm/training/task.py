@@ -56,8 +56,12 @@ _CALLABLE_ARGS = ("model", "optimizer", "lr_scheduler", "basis")
 # The hooks Lightning's automatic optimization calls around one optimizer step. A
 # block of steps calls them in the same order, or, where nothing overrides them
 # (and precision and strategy add nothing), skips the dispatch.
-_CALLBACK_STEP_HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward",
-                        "on_before_optimizer_step")
+_CALLBACK_STEP_HOOKS = (
+    "on_before_zero_grad",
+    "on_before_backward",
+    "on_after_backward",
+    "on_before_optimizer_step",
+)
 _MODULE_STEP_HOOKS = (*_CALLBACK_STEP_HOOKS, "optimizer_zero_grad", "optimizer_step", "backward")
 
 
@@ -214,7 +218,8 @@ class GLMTask(pl.LightningModule):
         if self.solver != "sgd" or self.steps_per_block == 1 or trainer is None:
             return 1
         counts_batches = (
-            bool(trainer.gradient_clip_val) or trainer.accumulate_grad_batches != 1
+            bool(trainer.gradient_clip_val)
+            or trainer.accumulate_grad_batches != 1
             # limit_train_batches/val_check_interval: 1.0 (a float) is the whole epoch, an
             # int a number of batches; overfit_batches and fast_dev_run set both.
             or not (isinstance(trainer.limit_train_batches, float) and trainer.limit_train_batches == 1.0)
@@ -254,8 +259,11 @@ class GLMTask(pl.LightningModule):
                 n = int(datamodule.split(split)[1].shape[0])
                 if n < 2:
                     # R^2 divides by the split's spread of y: undefined for one row.
-                    raise fail(f"data ({split} split)", "at least 2 rows for a regression model "
-                               "(R^2 needs two)", f"{n} row")
+                    raise fail(
+                        f"data ({split} split)",
+                        "at least 2 rows for a regression model (R^2 needs two)",
+                        f"{n} row",
+                    )
         self.model = model
         self._make_metrics()
         if self.solver == "sgd":
@@ -280,8 +288,9 @@ class GLMTask(pl.LightningModule):
     def _make_metrics(self) -> None:
         family, k = self.model.family, getattr(self.model, "n_classes", None)
         # ModuleDict keys must not shadow nn.Module attributes ("train").
-        self.metrics = nn.ModuleDict({f"{s}_split": GLMMetrics(family, k, self.ece_bins)
-                                      for s in ("train", "val", "test")})
+        self.metrics = nn.ModuleDict(
+            {f"{s}_split": GLMMetrics(family, k, self.ece_bins) for s in ("train", "val", "test")}
+        )
         self.metrics.to(self.feature_mean.device)
 
     def _check_optimizer(self) -> None:
@@ -294,8 +303,11 @@ class GLMTask(pl.LightningModule):
             check_positive("optimizer lr", float(lr))
         if self.lr_scheduler_factory is not None and self.lr_scheduler_interval == "step":
             if isinstance(self.lr_scheduler_factory(opt), ReduceLROnPlateau):
-                raise fail("lr_scheduler_interval", "'epoch' for ReduceLROnPlateau (it watches val/loss, "
-                           "computed once per epoch)", "'step'")
+                raise fail(
+                    "lr_scheduler_interval",
+                    "'epoch' for ReduceLROnPlateau (it watches val/loss, computed once per epoch)",
+                    "'step'",
+                )
 
     def setup(self, stage: str) -> None:
         # Tell the data module how many batches one training step takes (after
@@ -344,8 +356,9 @@ class GLMTask(pl.LightningModule):
         d = meta["n_features_in"]
         dtype = self.data_dtype = getattr(torch, meta["dtype"])
         self.n_model_features = meta["n_features"]
-        self._add_preprocessing(torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64),
-                                meta["feature_names"])
+        self._add_preprocessing(
+            torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64), meta["feature_names"]
+        )
         if self.basis is not None:
             # Fitted basis buffers (centers, widths) are restored by load_state_dict.
             self.basis.to(dtype)
@@ -418,13 +431,17 @@ class GLMTask(pl.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self._epoch_loss.update(
-            sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device), count=0,
-            steps=0, complete=False)
+            sum=torch.zeros((), dtype=self.feature_mean.dtype, device=self.feature_mean.device),
+            count=0,
+            steps=0,
+            complete=False,
+        )
         if self.solver != "sgd":
             self.fitter.start_pass()
 
-    def transfer_batch_to_device(self, batch: Batch | BatchBlock, device: torch.device,
-                                 dataloader_idx: int) -> Batch | BatchBlock:
+    def transfer_batch_to_device(
+        self, batch: Batch | BatchBlock, device: torch.device, dataloader_idx: int
+    ) -> Batch | BatchBlock:
         # A Batch is a flat tuple of tensors or None: move it directly instead of
         # Lightning's generic recursive apply_to_collection (a per-step cost); a
         # block moves each batch as its step reaches it. A plain tuple (x, y, ...)
@@ -470,8 +487,11 @@ class GLMTask(pl.LightningModule):
         if trainer.max_steps >= 0:  # stop at max_steps exactly, not at the block's end
             n_steps = min(n_steps, max(trainer.max_steps - first, 0))
         every, epoch, acc = trainer.log_every_n_steps, trainer.current_epoch, self._epoch_loss
-        schedulers = [(c.scheduler, c.frequency) for c in trainer.lr_scheduler_configs
-                      if c.interval == "step" and not isinstance(c.scheduler, ReduceLROnPlateau)]
+        schedulers = [
+            (c.scheduler, c.frequency)
+            for c in trainer.lr_scheduler_configs
+            if c.interval == "step" and not isinstance(c.scheduler, ReduceLROnPlateau)
+        ]
         opt = self.optimizers()
         outside, forward = self._step_contexts()
         last: list[torch.Tensor | None] = [None]  # the closure's last loss
@@ -499,8 +519,11 @@ class GLMTask(pl.LightningModule):
         if batch_idx == trainer.num_training_batches - 1 and n_steps == len(batches):
             acc["complete"] = True
             for c in trainer.lr_scheduler_configs:
-                if (c.interval == "epoch" and not isinstance(c.scheduler, ReduceLROnPlateau)
-                        and (epoch + 1) % c.frequency == 0):
+                if (
+                    c.interval == "epoch"
+                    and not isinstance(c.scheduler, ReduceLROnPlateau)
+                    and (epoch + 1) % c.frequency == 0
+                ):
                     self.lr_scheduler_step(c.scheduler, None)
         self._log_steps(logged, epoch)
         # Lightning counts one logger step per training step; this one took
@@ -514,6 +537,7 @@ class GLMTask(pl.LightningModule):
         (with Lightning's hooks, or, where ``_plain_steps``, without the dispatch)."""
         model, phi, acc = self.model, self.phi, self._epoch_loss
         if self._plain_steps:
+
             def closure():
                 loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
                 last[0] = loss.detach()
@@ -556,11 +580,16 @@ class GLMTask(pl.LightningModule):
         """Whether Lightning's path around an optimizer step does nothing but the step:
         full precision, one device, and no callback or override of the step hooks."""
         trainer = self.trainer
-        if type(trainer.precision_plugin) is not Precision or type(trainer.strategy) is not SingleDeviceStrategy:
+        if (
+            type(trainer.precision_plugin) is not Precision
+            or type(trainer.strategy) is not SingleDeviceStrategy
+        ):
             return False
         if any(is_overridden(h, self, pl.LightningModule) for h in _MODULE_STEP_HOOKS):
             return False
-        return not any(is_overridden(h, cb, pl.Callback) for cb in trainer.callbacks for h in _CALLBACK_STEP_HOOKS)
+        return not any(
+            is_overridden(h, cb, pl.Callback) for cb in trainer.callbacks for h in _CALLBACK_STEP_HOOKS
+        )
 
     def _log_steps(self, logged: list[tuple[int, torch.Tensor]], epoch: int) -> None:
         """Write the block's step losses at their own optimizer steps, as Lightning's
@@ -586,14 +615,18 @@ class GLMTask(pl.LightningModule):
         """
         trainer = self.trainer
         for c in trainer.lr_scheduler_configs:
-            if (isinstance(c.scheduler, ReduceLROnPlateau) and c.interval == "epoch"
-                    and (trainer.current_epoch + 1) % c.frequency == 0):
+            if (
+                isinstance(c.scheduler, ReduceLROnPlateau)
+                and c.interval == "epoch"
+                and (trainer.current_epoch + 1) % c.frequency == 0
+            ):
                 value = trainer.callback_metrics.get("val/loss")
                 if value is None:
                     raise MisconfigurationException(
                         f"ReduceLROnPlateau conditioned on metric val/loss which is not available. Available "
                         f"metrics are: {list(trainer.callback_metrics)}. Condition can be set using `monitor` "
-                        "key in lr scheduler dict")
+                        "key in lr scheduler dict"
+                    )
                 self.lr_scheduler_step(c.scheduler, value)
 
     def _end_pass(self) -> None:
@@ -613,8 +646,14 @@ class GLMTask(pl.LightningModule):
             self.log("train/epoch_loss", loss)
             self._history.append({"loss": float(loss)})
         if self.train_metrics_enabled:
-            self.log_dict(self.evaluate(self.trainer.datamodule.train_batches(
-                batch_size=self.trainer.datamodule.eval_batch_size, shuffle=False), "train"))
+            self.log_dict(
+                self.evaluate(
+                    self.trainer.datamodule.train_batches(
+                        batch_size=self.trainer.datamodule.eval_batch_size, shuffle=False
+                    ),
+                    "train",
+                )
+            )
         if self.solver == "sgd" and not self.automatic_optimization and self._epoch_loss["complete"]:
             self._step_plateau()
 
@@ -626,8 +665,10 @@ class GLMTask(pl.LightningModule):
             # ended the fit before the solver's stopping rule held.
             self.fit_result = self.fitter.result
             self.fit_result.converged = False
-            self.fit_result.message = (f"stopped by the trainer after {self.current_epoch} passes, before "
-                                       f"the '{self.solver}' solver's stopping rule held")
+            self.fit_result.message = (
+                f"stopped by the trainer after {self.current_epoch} passes, before "
+                f"the '{self.solver}' solver's stopping rule held"
+            )
             warn(self.fit_result.message, ConvergenceWarning)
         if self.solver == "sgd":
             self.fit_result = FitResult(
@@ -677,7 +718,9 @@ def _carry_global_step(checkpoint: dict[str, Any], automatic: bool) -> None:
     loop = checkpoint.get("loops", {}).get("fit_loop", {})
     steps = int(checkpoint.get("global_step", 0))
     if automatic:
-        progress = loop.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).get("step")
+        progress = (
+            loop.get("epoch_loop.automatic_optimization.optim_progress", {}).get("optimizer", {}).get("step")
+        )
     else:
         progress = loop.get("epoch_loop.manual_optimization.optim_step_progress")
     if progress is not None:

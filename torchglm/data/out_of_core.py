@@ -127,13 +127,28 @@ class NpyBatches:
 
 
 class _TableBatches:
-    """Shared logic of row-chunked table files with a named target column."""
+    """Shared logic of row-chunked table files with a named target column: a subclass
+    opens its file and counts the rows (``_open``) and yields DataFrame chunks
+    (``_frames``)."""
 
-    def __init__(self, path, target: str, batch_size: int, dtype, classification: bool, device, shard: bool):
+    def __init__(
+        self,
+        path,
+        target: str,
+        batch_size: int = 65536,
+        dtype=torch.float64,
+        classification: bool = True,
+        device="cpu",
+        shard: bool = True,
+    ):
         check_positive("batch_size", batch_size)
         self.path = _existing(path, "path")
         self.target, self.batch_size = target, int(batch_size)
         self.dtype, self.classification, self.device, self.shard = dtype, classification, device, shard
+        self.n_rows = self._open()
+
+    def _open(self) -> int:
+        raise NotImplementedError
 
     def _frames(self):
         raise NotImplementedError
@@ -160,21 +175,10 @@ class _TableBatches:
 class ParquetBatches(_TableBatches):
     """Batches from a Parquet file, read ``batch_size`` rows at a time with pyarrow."""
 
-    def __init__(
-        self,
-        path,
-        target: str,
-        batch_size: int = 65536,
-        dtype=torch.float64,
-        classification: bool = True,
-        device="cpu",
-        shard: bool = True,
-    ):
-        super().__init__(path, target, batch_size, dtype, classification, device, shard)
+    def _open(self) -> int:
         pq = optional_import("pyarrow.parquet", "ParquetBatches", "parquet")
-
         self._file = pq.ParquetFile(self.path)
-        self.n_rows = self._file.metadata.num_rows
+        return self._file.metadata.num_rows
 
     def _frames(self):
         for rb in self._file.iter_batches(batch_size=self.batch_size):
@@ -184,19 +188,9 @@ class ParquetBatches(_TableBatches):
 class CSVBatches(_TableBatches):
     """Batches from a CSV file with a header row, read in chunks with pandas."""
 
-    def __init__(
-        self,
-        path,
-        target: str,
-        batch_size: int = 65536,
-        dtype=torch.float64,
-        classification: bool = True,
-        device="cpu",
-        shard: bool = True,
-    ):
-        super().__init__(path, target, batch_size, dtype, classification, device, shard)
+    def _open(self) -> int:
         with open(self.path, "rb") as f:
-            self.n_rows = max(sum(1 for _ in f) - 1, 0)
+            return max(sum(1 for _ in f) - 1, 0)
 
     def _frames(self):
         pd = optional_import("pandas", "CSVBatches", "parquet")

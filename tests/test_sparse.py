@@ -150,3 +150,37 @@ def test_sparse_fit_keeps_its_transposes_for_the_fit():
     md = LogisticRegression(60, l2=1e-3, dtype=torch.float64)
     fit(md, dense, y, solver="lbfgs", batch_size=700)
     torch.testing.assert_close(m.coef, md.coef, rtol=1e-8, atol=1e-9)
+
+
+def test_the_transpose_cache_keeps_only_what_the_passes_use():
+    """Shuffled batches are new tensors every pass: the fitter's cache holds at most the
+    last pass's batches (it grew by a pass's batches per pass), and a fixed order keeps
+    the same entries for the whole fit."""
+    from torchglm.passes import run_passes
+    from torchglm.solvers import make_fitter
+
+    g = torch.Generator().manual_seed(5)
+    dense = torch.rand(600, 30, generator=g, dtype=torch.float64)
+    dense[dense < 0.85] = 0
+    y = (torch.rand(600, generator=g) < 0.5).long()
+    for shuffle in (True, False):
+        m = LogisticRegression(30, l2=1e-2, dtype=torch.float64)
+        fitter = make_fitter(m, "lbfgs")
+        sizes = []
+        start = fitter.start_pass
+
+        def watched(start=start, fitter=fitter, sizes=sizes):
+            start()
+            sizes.append(len(fitter.sparse_cache))
+
+        fitter.start_pass = watched
+        batches = TensorBatches(
+            dense.to_sparse_csr(),
+            y,
+            batch_size=200,
+            shuffle=shuffle,
+            generator=torch.Generator().manual_seed(0),
+        )
+        r = run_passes(fitter, batches, 200)
+        assert r.converged and len(sizes) > 5
+        assert max(sizes) <= 3, sizes  # one pass's three batches at most

@@ -486,8 +486,9 @@ class SparseRows:
     220 ms through COO (and 380 ms as a transposed CSR), for one 180 ms build. A
     batch is known again by its column-index and value storage (the contiguous row
     slices of :class:`~torchglm.data.batches.TensorBatches` are views); the entry
-    holds those tensors, so their memory cannot be reused while it lives. The
-    Hessian of a sparse design (small ``d``) is formed from the COO form.
+    holds those tensors, so their memory cannot be reused while it lives, and lives
+    while the passes use it (:meth:`evict_unseen`). The Hessian of a sparse design
+    (small ``d``) is formed from the COO form.
     """
 
     is_sparse = True
@@ -513,7 +514,18 @@ class SparseRows:
             entry = {"pinned": (col, values, csr.crow_indices())}
             if cache is not None:
                 cache[key] = entry
+        entry["seen"] = True
         return cls(csr, entry)
+
+    @staticmethod
+    def evict_unseen(cache: dict) -> None:
+        """Drop the entries no batch of the last pass used (shuffled batches are new
+        tensors every pass: without this the cache would grow by a pass's batches per
+        pass), and start watching the next pass."""
+        for key in [k for k, e in cache.items() if not e.get("seen")]:
+            del cache[key]
+        for e in cache.values():
+            e["seen"] = False
 
     def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
         return self.csr @ w

@@ -58,6 +58,7 @@ from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from .base import FitResult, Fitter
 from .derivatives import (
     PassSums,
+    SparseRows,
     flat_parameters,
     hessian_cost,
     parameter_names,
@@ -258,6 +259,8 @@ class StepFitter(Fitter):
         return predicted / 2 <= self.tol * max(1.0, abs(self.result.history[-1]["loss"]))
 
     def start_pass(self) -> None:
+        if self.sparse_cache:
+            SparseRows.evict_unseen(self.sparse_cache)
         self.sums = PassSums(
             self.model,
             self.theta,

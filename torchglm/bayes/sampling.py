@@ -14,12 +14,10 @@ split R-hat and the effective sample size (Gelman et al., BDA3 11.4-11.5, via
 
 from __future__ import annotations
 
-import random
 import time
 from typing import Callable
 from dataclasses import dataclass, field
 
-import numpy as np
 
 import pyro
 import torch
@@ -28,6 +26,7 @@ from pyro.ops.stats import effective_sample_size, split_gelman_rubin
 
 from .._validation import check_positive, fail
 from ._layout import as_batches, check_model, data_nll, n_bias, n_weights
+from ._rng import global_rng_restored
 from .laplace import LaplacePosterior
 from .prior import GaussianPrior
 
@@ -169,9 +168,8 @@ def sample_posterior(
             f"{float(kernel.step_size):.3g}, {now - clock['start']:.0f} s"
         )
 
-    # pyro.set_rng_seed reseeds torch, numpy and random globally: restore them after.
-    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    try:
+    # pyro.set_rng_seed reseeds torch, numpy and random globally: restored after.
+    with global_rng_restored():
         for c in range(num_chains):
             pyro.set_rng_seed(seed + c)
             z0 = init_scale * torch.randn(F.shape[1], dtype=m.dtype).to(m.device)
@@ -201,10 +199,6 @@ def sample_posterior(
             z = mcmc.get_samples()["z"].detach()
             draws.append(m + z @ F.T)
             steps.append(float(kernel.step_size))
-    finally:
-        torch.set_rng_state(states[0])
-        np.random.set_state(states[1])
-        random.setstate(states[2])
     samples = torch.stack(draws)
     rhat = split_gelman_rubin(samples, chain_dim=0, sample_dim=1)
     ess = effective_sample_size(samples, chain_dim=0, sample_dim=1)

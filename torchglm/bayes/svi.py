@@ -29,12 +29,10 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 import time
 import warnings
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyro
 import pyro.distributions as dist
 import torch
@@ -45,6 +43,7 @@ from torch.func import vmap
 
 from .._validation import check_positive, fail
 from ._layout import GaussianDraws, as_batches, check_model, data_nll, n_bias, n_weights
+from ._rng import global_rng_restored
 from .laplace import LaplacePosterior, laplace_posterior
 from .prior import GaussianPrior
 
@@ -238,35 +237,29 @@ def svi_posterior(
     n_avg = int(round(average_last * num_steps))
     start = time.perf_counter()
     history = []
-    # pyro.set_rng_seed reseeds torch, numpy and random globally: restore them after;
+    # pyro.set_rng_seed reseeds torch, numpy and random globally: restored after;
     # the parameter store is Pyro's global one: use a fresh scope.
-    states = (torch.get_rng_state(), np.random.get_state(), random.getstate())
-    try:
-        with pyro.get_param_store().scope():
-            pyro.set_rng_seed(seed)
-            svi = SVI(
-                target,
-                guide,
-                ClippedAdam({"lr": lr, "lrd": lrd, "clip_norm": 10.0}),
-                Trace_ELBO(num_particles=num_particles, vectorize_particles=True, max_plate_nesting=0),
-            )
-            loc_sum = tril_sum = None
-            for step in range(num_steps):
-                loss = svi.step()
-                history.append({"step": step, "elbo": -float(loss)})
-                if step >= num_steps - n_avg:
-                    loc, tril = pyro.param("loc").detach(), pyro.param("scale_tril").detach()
-                    loc_sum = loc.clone() if loc_sum is None else loc_sum + loc
-                    tril_sum = tril.clone() if tril_sum is None else tril_sum + tril
-            if n_avg:
-                mu, L = loc_sum / n_avg, tril_sum / n_avg
-            else:
-                mu, L = pyro.param("loc").detach(), pyro.param("scale_tril").detach()
-            elbo, elbo_se = _elbo(log_joint, mu, L, elbo_draws, seed)
-    finally:
-        torch.set_rng_state(states[0])
-        np.random.set_state(states[1])
-        random.setstate(states[2])
+    with global_rng_restored(), pyro.get_param_store().scope():
+        pyro.set_rng_seed(seed)
+        svi = SVI(
+            target,
+            guide,
+            ClippedAdam({"lr": lr, "lrd": lrd, "clip_norm": 10.0}),
+            Trace_ELBO(num_particles=num_particles, vectorize_particles=True, max_plate_nesting=0),
+        )
+        loc_sum = tril_sum = None
+        for step in range(num_steps):
+            loss = svi.step()
+            history.append({"step": step, "elbo": -float(loss)})
+            if step >= num_steps - n_avg:
+                loc, tril = pyro.param("loc").detach(), pyro.param("scale_tril").detach()
+                loc_sum = loc.clone() if loc_sum is None else loc_sum + loc
+                tril_sum = tril.clone() if tril_sum is None else tril_sum + tril
+        if n_avg:
+            mu, L = loc_sum / n_avg, tril_sum / n_avg
+        else:
+            mu, L = pyro.param("loc").detach(), pyro.param("scale_tril").detach()
+        elbo, elbo_se = _elbo(log_joint, mu, L, elbo_draws, seed)
     scale = F @ L
     info = {
         "method": "SVI (pyro Trace_ELBO), full-rank Gaussian guide whitened by Laplace",

@@ -184,3 +184,25 @@ def test_the_transpose_cache_keeps_only_what_the_passes_use():
         r = run_passes(fitter, batches, 200)
         assert r.converged and len(sizes) > 5
         assert max(sizes) <= 3, sizes  # one pass's three batches at most
+
+
+def test_a_coo_design_is_converted_to_csr_once_per_fit(monkeypatch):
+    """fit() converts a COO design to CSR before batching: every pass then slices CSR
+    views (COO was gathered and converted per batch and pass, ~20x slower)."""
+    from torchglm.solvers.derivatives import SparseRows
+
+    g = torch.Generator().manual_seed(6)
+    dense = torch.rand(500, 20, generator=g, dtype=torch.float64)
+    dense[dense < 0.8] = 0
+    y = (torch.rand(500, generator=g) < 0.5).long()
+    layouts = []
+    of = SparseRows.of
+
+    def recording(x, cache):
+        layouts.append(x.layout)
+        return of(x, cache)
+
+    monkeypatch.setattr(SparseRows, "of", staticmethod(recording))
+    m = LogisticRegression(20, l2=1e-2, dtype=torch.float64)
+    r = fit(m, dense.to_sparse(), y, solver="lbfgs", batch_size=200)
+    assert r.converged and layouts and set(layouts) == {torch.sparse_csr}

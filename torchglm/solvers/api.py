@@ -162,6 +162,10 @@ def fit(
     names = feature_names_of(x)
     x, y, weight, offset = model.as_data(x, y, weight, offset)
     x, y = model.check_data(x, y, weight, offset)
+    if x.layout == torch.sparse_coo:
+        # Once, here: CSR row slices are views, and a pass's products run on CSR
+        # (derivatives.SparseRows); a COO design was gathered and converted every pass.
+        x = x.to_sparse_csr()
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
     if solver == "auto" and name == "qr" and x.layout != torch.strided:
         name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly

@@ -265,6 +265,7 @@ class PassSums:
         return None
 
     def _add_targets(self, y, offset, s) -> None:
+        """Weight sum, row counts and (asked for) weighted target sum of one batch."""
         n = y.shape[0]
         self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
         self.counts[2] += n
@@ -284,11 +285,10 @@ class PassSums:
             d2 = self.family.mean(eta) if probs else None
         else:
             nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)
-        if s is None:
-            self.weight_sum += nll.shape[0]
-        else:
+        # The weight sum, row counts and target sum: the targets-only pass's sums.
+        self._add_targets(y, offset, s)
+        if s is not None:
             s = s.to(eta.dtype)
-            self.weight_sum += s.sum()
         if self.restricted:
             # The family knows its mean's domain (a Gaussian mean may be negative
             # under the inverse link; a binomial mean must stay below 1 under log).
@@ -296,11 +296,6 @@ class PassSums:
             self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
-        self.counts[2] += nll.shape[0]
-        if offset is not None:
-            self.counts[3] += nll.shape[0]
-        if self.want_y_sum:
-            self.y_sum += (y.to(eta.dtype) if s is None else s * y.to(eta.dtype)).sum()
         if s is not None:
             nll, d1 = s * nll, _scale(d1, s)
             if d2 is not None and not probs:

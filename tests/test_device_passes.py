@@ -78,9 +78,13 @@ def _profile_pass(model, x, y, curvature="full"):
 
 @pytest.fixture
 def accelerator_chunks(monkeypatch):
-    """The accelerator's chunk rule (2^26 elements per product, no CPU slabs), on CPU."""
+    """The accelerator's chunk rule (ACCELERATOR_CHUNK elements per product, no CPU
+    slabs), on CPU tensors."""
     monkeypatch.setattr(D, "_fused_rows", lambda x: None)
-    monkeypatch.setattr(D, "_chunk_rows", lambda x, width, cpu_budget=None: max(256, 2**26 // max(width, 1)))
+    chunk_rows = D._chunk_rows
+    monkeypatch.setattr(
+        D, "_chunk_rows", lambda x, width, cpu_budget=None: chunk_rows(x, width, D.ACCELERATOR_CHUNK)
+    )
 
 
 @pytest.mark.parametrize("K", [None, 4])

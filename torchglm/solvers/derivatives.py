@@ -462,11 +462,15 @@ def _fused_rows(x: torch.Tensor) -> int | None:
     return _chunk_rows(x, x.shape[1], cpu_budget=2**19)
 
 
+#: Elements per product chunk on an accelerator (few, large kernels).
+ACCELERATOR_CHUNK = 2**26
+
+
 def _chunk_rows(x: torch.Tensor, width: int, cpu_budget: int = 2**16) -> int:
     """Rows per chunk for products over ``width`` columns: about ``cpu_budget``
-    elements on a CPU (2^16: the chunk and its products stay in cache), 2^26 on an
-    accelerator (few, large kernels)."""
-    budget = cpu_budget if x.device.type == "cpu" else 2**26
+    elements on a CPU (2^16: the chunk and its products stay in cache),
+    :data:`ACCELERATOR_CHUNK` on an accelerator."""
+    budget = cpu_budget if x.device.type == "cpu" else ACCELERATOR_CHUNK
     return max(256, budget // max(width, 1))
 
 

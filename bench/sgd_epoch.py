@@ -170,6 +170,31 @@ class StepHook(pl.Callback):
         pass
 
 
+@contextlib.contextmanager
+def _torchglm_setup(x, y, train_metrics: bool, steps_per_block: int):
+    """``(data module, task)`` of one torchglm run over ``x, y`` (registered as a
+    temporary built-in dataset, so the data module's own loading path is timed)."""
+    DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
+    try:
+        dm = GLMDataModule(
+            "_bench_sgd",
+            val_fraction=VAL_FRACTION,
+            test_fraction=TEST_FRACTION,
+            batch_size=BATCH,
+            standardize=False,
+            dtype="float32" if x.dtype == torch.float32 else "float64",
+        )
+        task = GLMTask(
+            LogisticRegression,
+            optimizer=partial(torch.optim.SGD, lr=LR),
+            train_metrics=train_metrics,
+            steps_per_block=steps_per_block,
+        )
+        yield dm, task
+    finally:
+        del DATASETS["_bench_sgd"]
+
+
 def time_torchglm(
     x,
     y,
@@ -180,31 +205,14 @@ def time_torchglm(
     steps_per_block: int = STEPS_PER_BLOCK,
     step_hooks: bool = False,
 ) -> tuple[float, float]:
-    DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
-    try:
-        with tempfile.TemporaryDirectory() as logdir:
-            t0 = time.perf_counter()
-            dm = GLMDataModule(
-                "_bench_sgd",
-                val_fraction=VAL_FRACTION,
-                test_fraction=TEST_FRACTION,
-                batch_size=BATCH,
-                standardize=False,
-                dtype="float32" if x.dtype == torch.float32 else "float64",
-            )
-            task = GLMTask(
-                LogisticRegression,
-                optimizer=partial(torch.optim.SGD, lr=LR),
-                train_metrics=train_metrics,
-                steps_per_block=steps_per_block,
-            )
+    with tempfile.TemporaryDirectory() as logdir:
+        t0 = time.perf_counter()
+        with _torchglm_setup(x, y, train_metrics, steps_per_block) as (dm, task):
             trainer, timer = _trainer(epochs, logdir, progress_bar, t0)
             if step_hooks:
                 trainer.callbacks.append(StepHook())
             trainer.fit(task, datamodule=dm)
             assert dm.summary()["n_train"] == N_TRAIN
-    finally:
-        del DATASETS["_bench_sgd"]
     return _best(timer.epochs), timer.startup
 
 
@@ -310,29 +318,12 @@ def profile_torchglm_steps(x, y, n_total: int, steps_per_block: int) -> list[tup
     per-step time goes."""
     import pstats
 
-    DATASETS["_bench_sgd"] = lambda: Dataset(x.double().numpy(), y.numpy(), "classification", 2)
     profiler = _ProfileEpochs()
-    try:
-        with tempfile.TemporaryDirectory() as logdir:
-            dm = GLMDataModule(
-                "_bench_sgd",
-                val_fraction=VAL_FRACTION,
-                test_fraction=TEST_FRACTION,
-                batch_size=BATCH,
-                standardize=False,
-                dtype="float32" if x.dtype == torch.float32 else "float64",
-            )
-            task = GLMTask(
-                LogisticRegression,
-                optimizer=partial(torch.optim.SGD, lr=LR),
-                train_metrics=False,
-                steps_per_block=steps_per_block,
-            )
+    with tempfile.TemporaryDirectory() as logdir:
+        with _torchglm_setup(x, y, False, steps_per_block) as (dm, task):
             trainer, _ = _trainer(3, logdir, False, time.perf_counter())
             trainer.callbacks.append(profiler)
             trainer.fit(task, datamodule=dm)
-    finally:
-        del DATASETS["_bench_sgd"]
     stats = pstats.Stats(profiler.prof)
     rows = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:15]
     return [(f"{Path(k[0]).name}:{k[1]}({k[2]})", v[1], round(v[2], 4)) for k, v in rows]

@@ -109,7 +109,7 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
     built = []
     for _ in range(3):  # three passes over the same batches
         for i, b in enumerate(batches):
-            rows = SparseRows.of(b.x, cache)
+            rows = SparseRows.of(b.x, cache, torch.float64)
             sl = slice(128 * i, 128 * i + b.x.shape[0])
             torch.testing.assert_close(rows @ W.T, dense[sl] @ W.T, rtol=1e-14, atol=1e-14)
             torch.testing.assert_close(_rt_x(r[sl], rows), r[sl].T @ dense[sl], rtol=1e-13, atol=1e-13)
@@ -198,11 +198,29 @@ def test_a_coo_design_is_converted_to_csr_once_per_fit(monkeypatch):
     layouts = []
     of = SparseRows.of
 
-    def recording(x, cache):
+    def recording(x, cache, dtype):
         layouts.append(x.layout)
-        return of(x, cache)
+        return of(x, cache, dtype)
 
     monkeypatch.setattr(SparseRows, "of", staticmethod(recording))
     m = LogisticRegression(20, l2=1e-2, dtype=torch.float64)
     r = fit(m, dense.to_sparse(), y, solver="lbfgs", batch_size=200)
     assert r.converged and layouts and set(layouts) == {torch.sparse_csr}
+
+
+def test_a_float32_batch_of_a_float64_pass_is_cast_once():
+    """The cast to the fit's dtype is cached with the transposes: the same float64 CSR
+    (and x^T) serves every pass over a float32 batch."""
+    from torchglm.solvers.derivatives import SparseRows
+
+    dense = torch.rand(300, 10, generator=torch.Generator().manual_seed(7))
+    dense[dense < 0.7] = 0
+    batches = TensorBatches(dense.to_sparse_csr(), torch.zeros(300), batch_size=150)
+    cache, seen = {}, []
+    for _ in range(3):
+        SparseRows.evict_unseen(cache)
+        for b in batches:
+            rows = SparseRows.of(b.x, cache, torch.float64)
+            assert rows.csr.dtype == torch.float64
+            seen.append((id(rows.csr), id(rows.transposed())))
+    assert len(cache) == 2 and len(set(seen)) == 2

@@ -244,10 +244,11 @@ class PassSums:
     def add(self, batch: Batch) -> None:
         if self.targets_only:
             return self._add_targets(batch.y, batch.offset, batch.weight)
-        x = batch.x.to(self.theta.dtype)
-        if x.layout != torch.strided:
+        if batch.x.layout != torch.strided:
             # Sparse counts (bag of words) stay sparse, in CSR with a cached CSR of x^T.
-            x = SparseRows.of(x, self.sparse_cache)
+            x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
+        else:
+            x = batch.x.to(self.theta.dtype)
         rows = _fused_rows(x)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
@@ -497,24 +498,30 @@ class SparseRows:
         self.shape, self.dtype, self.device = csr.shape, csr.dtype, csr.device
 
     @classmethod
-    def of(cls, x: torch.Tensor, cache: dict | None) -> "SparseRows":
-        csr = x if x.layout == torch.sparse_csr else x.to_sparse_csr()
-        col, values = csr.col_indices(), csr.values()
+    def of(cls, x: torch.Tensor, cache: dict | None, dtype: torch.dtype) -> "SparseRows":
+        """The batch ``x`` as given (CSR or COO, any dtype) in CSR and ``dtype``; the
+        conversion too is kept in ``cache`` with the transposes (a float32 batch of a
+        float64 fit is cast once, not every pass)."""
+        sparse_csr = x.layout == torch.sparse_csr
+        parts = (x.col_indices(), x.values(), x.crow_indices()) if sparse_csr else (x._indices(), x._values())
         key = (
-            col.data_ptr(),
-            values.data_ptr(),
-            values.numel(),
-            tuple(csr.shape),
-            csr.dtype,
-            str(csr.device),
+            x.layout,
+            parts[0].data_ptr(),
+            parts[1].data_ptr(),
+            parts[1].numel(),
+            tuple(x.shape),
+            x.dtype,
+            dtype,
+            str(x.device),
         )
         entry = None if cache is None else cache.get(key)
         if entry is None:
-            entry = {"pinned": (col, values, csr.crow_indices())}
+            csr = x if sparse_csr else x.to_sparse_csr()
+            entry = {"pinned": parts, "csr": csr.to(dtype)}
             if cache is not None:
                 cache[key] = entry
         entry["seen"] = True
-        return cls(csr, entry)
+        return cls(entry["csr"], entry)
 
     @staticmethod
     def evict_unseen(cache: dict) -> None:

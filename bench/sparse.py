@@ -9,6 +9,7 @@ evaluated here in float64 and reported as the gap to the best one.
     python bench/sparse.py                # ~1 minute
     python bench/sparse.py --threads 2
     python bench/sparse.py --torchglm /path/to/old/checkout --repeats 1 --out /tmp/before.json
+    python bench/sparse.py --layout coo --out /tmp/coo.json   # torchglm given a torch COO tensor
 
 Writes bench/results/sparse.json.
 """
@@ -47,6 +48,12 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--layout",
+        choices=["csr", "coo"],
+        default="csr",
+        help="what torchglm is given: the scipy CSR matrix, or a torch COO tensor",
+    )
     ap.add_argument("--torchglm", default=None, metavar="CHECKOUT", help="import torchglm from this checkout")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "sparse.json"))
     args = ap.parse_args()
@@ -65,9 +72,15 @@ def main():
     X, y = problem()
     n, d = X.shape
 
+    if args.layout == "coo":
+        c = X.tocoo()
+        X_tg = torch.sparse_coo_tensor(np.vstack([c.row, c.col]), c.data, c.shape).coalesce()
+    else:
+        X_tg = X
+
     def tg():
         m = LogisticRegression(d, l2=ALPHA, dtype=torch.float64)
-        r = fit(m, X, y, solver="auto")
+        r = fit(m, X_tg, y, solver="auto")
         # (linear.* reads: the bench also runs older checkouts, before the GLM accessors)
         return (
             m.linear.weight.detach().numpy().ravel(),
@@ -107,7 +120,7 @@ def main():
     import torchglm
 
     out = {
-        "problem": {"n": n, "d": d, "nnz_per_row": 150, "alpha": ALPHA},
+        "problem": {"n": n, "d": d, "nnz_per_row": 150, "alpha": ALPHA, "torchglm_input": args.layout},
         "torchglm": os.path.dirname(torchglm.__file__),
         "machine": {
             "platform": platform.platform(),

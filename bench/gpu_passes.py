@@ -16,6 +16,8 @@ Per problem and dtype it times (synchronized, best of ``--repeats``):
   and the largest coefficient difference to the float64 CPU fit of the same data.
 
 Writes ``bench/results/gpu_passes.json`` (device name, torch version, every number).
+``bench/gpu.py`` (the GPU benchmark) imports the pass, the reference and the fit
+from here, and checks the pass's Hessian against the reference.
 """
 
 from __future__ import annotations
@@ -61,14 +63,74 @@ def problem(kind: str, n: int, d: int, K: int | None, dtype, device, seed: int =
     return x.to(device, dtype), y.to(device)
 
 
-def pass_times(kind, x, y, K, repeats):
-    from torchglm.data import TensorBatches
+def _glm(kind, d, K, dtype, device, l2=1e-4):
     from torchglm.models import GeneralizedLinearModel
+
+    fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", "logit")
+    return GeneralizedLinearModel(d, fam, link, n_classes=K, l2=l2, dtype=dtype).to(device)
+
+
+def reference_hessian(kind, x, model, K):
+    """The hand-written Hessian sum as a callable: ``X~^T (h X~)`` (binary, (d~, d~)) or
+    one product over all class pairs ``k <= l``, ``X~^T [h_kl X~]`` ((d~, P d~), in row
+    chunks: the (n, P d~) operand does not fit at once), ``X~ = [x, 1]``, ``h`` from
+    ``torch.sigmoid``/``torch.softmax`` at the model's parameters: the floor a pass can
+    reach. Unnormalized, without the penalty (:func:`reference_in_theta_order` maps it)."""
+    n, d = x.shape
+    xt = torch.cat([x, torch.ones_like(x[:, :1])], 1)
+    W = model.coef
+    b = model.intercept
+    if kind != "softmax":
+
+        def reference():
+            p = torch.sigmoid(x @ W[0] + b)
+            return xt.T @ (xt * (p * (1 - p)).unsqueeze(-1))
+
+        return reference
+    pairs = torch.triu_indices(K, K, device=x.device)
+    rows = max(1, 2**27 // (pairs.shape[1] * (d + 1)))
+
+    def reference_chunked():
+        total = 0
+        for i in range(0, n, rows):
+            xi, ti = x[i : i + rows], xt[i : i + rows]
+            p = torch.softmax(xi @ W.T + b, -1)
+            h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
+            total = total + ti.T @ (ti.unsqueeze(1) * h.unsqueeze(-1)).reshape(ti.shape[0], -1)
+        return total
+
+    return reference_chunked
+
+
+def reference_in_theta_order(ref, model, n):
+    """The reference sum of :func:`reference_hessian` as the (p, p) Hessian of the mean
+    objective in the flat parameter order ``[vec W, b]``: divided by ``n`` and with the
+    penalty ``l2`` on the weights (not the bias), as ``PassSums.finish`` returns it."""
+    from torchglm.solvers.derivatives import penalty_mask
+
+    m, d = model.n_outputs, model.n_features
+    dt = d + 1
+    pairs = torch.triu_indices(m, m)
+    H = torch.zeros(m * d + m, m * d + m, dtype=ref.dtype, device=ref.device)
+    for q, (k, j) in enumerate(pairs.T.tolist()):
+        block = ref[:, q * dt : (q + 1) * dt]  # classes k <= j: rows w_k then b_k, columns w_j, b_j
+        ik = torch.cat([torch.arange(k * d, (k + 1) * d), torch.tensor([m * d + k])]).to(ref.device)
+        ij = torch.cat([torch.arange(j * d, (j + 1) * d), torch.tensor([m * d + j])]).to(ref.device)
+        H[ik[:, None], ij[None, :]] = block
+        H[ij[:, None], ik[None, :]] = block.T
+    mask = penalty_mask(model, dtype=ref.dtype, device=ref.device)
+    return H / n + torch.diag(model.l2 * mask)
+
+
+def pass_times(kind, x, y, K, repeats, check=False):
+    """Seconds of one pass per curvature and of the hand-written reference (best of
+    ``repeats``); with ``check``, also ``max_rel_diff_full_to_reference``: the largest
+    entry of ``|H_pass - H_ref|`` over the largest of ``|H_ref|`` (both in float64)."""
+    from torchglm.data import TensorBatches
     from torchglm.solvers.derivatives import PassSums, flat_parameters
 
     n, d = x.shape
-    fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", "logit")
-    model = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=x.dtype).to(x.device)
+    model = _glm(kind, d, K, x.dtype, x.device)
     with torch.no_grad():
         model.linear.weight.normal_(0, 0.1)
     theta = flat_parameters(model).to(x.device)
@@ -87,75 +149,55 @@ def pass_times(kind, x, y, K, repeats):
     v = torch.randn_like(theta)
     out["hvp_s"] = timed(lambda: sums["hvp"].hvp(v), x.device, repeats)
 
-    xt = torch.cat([x, torch.ones_like(x[:, :1])], 1)
-    W = model.linear.weight.detach()
-    if kind == "softmax":
-        pairs = torch.triu_indices(K, K, device=x.device)
-
-        def reference():
-            p = torch.softmax(x @ W.T + model.linear.bias.detach(), -1)
-            h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
-            hx = (xt.unsqueeze(1) * h.unsqueeze(-1)).reshape(n, -1)
-            return xt.T @ hx
-    else:
-
-        def reference():
-            p = torch.sigmoid(x @ W[0] + model.linear.bias.detach())
-            return xt.T @ (xt * (p * (1 - p)).unsqueeze(-1))
-
-    # The softmax reference's (n, P d~) product does not fit at once: row chunks.
-    if kind == "softmax":
-        rows = max(1, 2**27 // (pairs.shape[1] * (d + 1)))
-
-        def reference_chunked():
-            total = 0
-            for i in range(0, n, rows):
-                xi, ti = x[i : i + rows], xt[i : i + rows]
-                p = torch.softmax(xi @ W.T + model.linear.bias.detach(), -1)
-                h = p[:, pairs[0]] * ((pairs[0] == pairs[1]).to(p.dtype) - p[:, pairs[1]])
-                total = total + ti.T @ (ti.unsqueeze(1) * h.unsqueeze(-1)).reshape(ti.shape[0], -1)
-            return total
-
-        out["reference_full_s"] = timed(reference_chunked, x.device, repeats)
-    else:
-        out["reference_full_s"] = timed(reference, x.device, repeats)
+    reference = reference_hessian(kind, x, model, K)
+    out["reference_full_s"] = timed(reference, x.device, repeats)
     P = 1 if K is None else K * (K + 1) // 2
     flops = 2 * n * (d + 1) ** 2 * P
     out["full_pass_tflops"] = flops / out["pass[full]_s"] / 1e12
     out["ratio_full_to_reference"] = out["pass[full]_s"] / out["reference_full_s"]
+    if check:
+        with torch.no_grad():
+            H_ref = reference_in_theta_order(reference().double(), model, n)
+            diff = (sums["full"].hess.double() - H_ref).abs().max() / H_ref.abs().max()
+        out["max_rel_diff_full_to_reference"] = float(diff)
     return out
 
 
-def fits(kind, x, y, K, solvers, x_cpu=None):
-    from torchglm.models import GeneralizedLinearModel
+def fit_one(kind, x, y, K, solver, l2=1e-4, tol=1e-10):
+    """One synchronized ``fit(model, x, y, solver=...)`` from a fresh model: ``(row,
+    model)`` with the row's seconds, iterations, converged, passes and message."""
     from torchglm.solvers import fit
 
-    fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", "logit")
+    m = _glm(kind, x.shape[1], K, x.dtype, x.device, l2)
+    _sync(x.device)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = fit(m, x, y, solver=solver, tol=tol)
+    _sync(x.device)
+    row = {
+        "time_s": time.perf_counter() - t0,
+        "n_iter": r.n_iter,
+        "converged": r.converged,
+        "passes": r.extra.get("passes"),
+        "message": r.message[:160],
+    }
+    return row, m
+
+
+def fits(kind, x, y, K, solvers, x_cpu=None):
+    from torchglm.solvers import fit
+
     d = x.shape[1]
     ref = None
     if x_cpu is not None:
-        ref = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=torch.float64)
+        ref = _glm(kind, d, K, torch.float64, "cpu")
         fit(ref, x_cpu.double(), y.cpu(), solver="newton", tol=1e-14)
     rows = {}
     for solver in solvers:
-        m = GeneralizedLinearModel(d, fam, link, n_classes=K, l2=1e-4, dtype=x.dtype).to(x.device)
-        _sync(x.device)
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            r = fit(m, x, y, solver=solver, tol=1e-10)
-        _sync(x.device)
-        row = {
-            "time_s": time.perf_counter() - t0,
-            "n_iter": r.n_iter,
-            "converged": r.converged,
-            "passes": r.extra.get("passes"),
-            "message": r.message[:160],
-        }
+        row, m = fit_one(kind, x, y, K, solver)
         if ref is not None:
-            row["max_coef_diff_to_cpu_f64"] = float(
-                (m.linear.weight.detach().cpu().double() - ref.linear.weight.detach()).abs().max()
-            )
+            row["max_coef_diff_to_cpu_f64"] = float((m.coef.cpu().double() - ref.coef).abs().max())
         rows[solver] = row
     return rows
 

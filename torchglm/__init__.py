@@ -12,6 +12,7 @@ from ._validation import (
     InputError,
     NotFittedError,
     NumericalWarning,
+    PerformanceWarning,
     SeparationWarning,
 )
 from .families import FAMILIES, Family, get_family
@@ -57,6 +58,7 @@ __all__ = [
     "InputError",
     "NotFittedError",
     "NumericalWarning",
+    "PerformanceWarning",
     "SeparationWarning",
     "FAMILIES",
     "Family",

@@ -34,6 +34,7 @@ __all__ = [
     "ConvergenceWarning",
     "SeparationWarning",
     "NumericalWarning",
+    "PerformanceWarning",
     "fail",
     "check_features",
     "check_finite",
@@ -100,6 +101,11 @@ class SeparationWarning(UserWarning):
 
 class NumericalWarning(UserWarning):
     """A numerical safeguard (damping, jitter, regularized fallback) was applied."""
+
+
+class PerformanceWarning(UserWarning):
+    """A requested fast path does not apply to this fit; it runs the general way
+    (same results, slower)."""
 
 
 def fail(name: str, expected: str, got: object) -> InputError:

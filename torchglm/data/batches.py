@@ -64,6 +64,16 @@ class BatchBlock:
     def __len__(self) -> int:
         return len(self._spans)
 
+    @property
+    def spans(self) -> Sequence[Any]:
+        """The row indices (or ``(start, stop)`` spans) of each batch."""
+        return self._spans
+
+    @property
+    def gather(self) -> Callable[[Any], Batch]:
+        """``idx -> Batch``: the rows ``idx`` of the source (where the source is)."""
+        return self._batch
+
     def __iter__(self) -> Iterator[Batch]:
         for idx in self._spans:
             batch = self._batch(idx)

@@ -34,6 +34,9 @@ from .features import standardization, standardize
 __all__ = ["GLMDataModule", "shard"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
+#: The splits stay on a CUDA device for a fit when together they take at most this
+#: fraction of its free memory (:meth:`GLMDataModule.keep_on`).
+RESIDENT_FRACTION = 0.5
 
 
 def shard(n: int, rank: int, world_size: int) -> torch.Tensor:
@@ -78,6 +81,9 @@ class GLMDataModule(pl.LightningDataModule):
             1 yields :class:`~torchglm.data.batches.Batch` es, ``k > 1`` yields
             blocks of ``k`` (set by :class:`~torchglm.training.GLMTask` when it fits
             SGD in step blocks; not a config option of the data).
+        resident_device: the device the batches are gathered on (``None``: where the
+            tensors are, the CPU), set by :meth:`keep_on` for a fit and cleared by
+            :meth:`teardown`.
 
     Raises:
         InputError: on a bad argument here, and from :meth:`setup` on a bad file,
@@ -142,6 +148,8 @@ class GLMDataModule(pl.LightningDataModule):
         self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self._generator = torch.Generator().manual_seed(shuffle_seed)
         self.steps_per_block = 1
+        self.resident_device: torch.device | None = None
+        self._resident: dict[str, tuple[torch.Tensor | None, ...]] = {}
 
     # -- loading and validation -------------------------------------------------
     def _read(
@@ -302,7 +310,42 @@ class GLMDataModule(pl.LightningDataModule):
         self._require_setup()
         return standardize(x, self.feature_mean, self.feature_scale, self.dtype)
 
-    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
+    def keep_on(self, device: torch.device | str) -> bool:
+        """Gather the batches on ``device`` for a fit: every split (this process's
+        shard) is moved there once, when it is first batched, instead of each batch
+        at every step. Done on a CUDA device when the splits together take at most
+        :data:`RESIDENT_FRACTION` of its free memory; on a CPU they are there already.
+
+        Returns:
+            Whether the batches are gathered on ``device`` (``False``: they stay on
+            the CPU and Lightning moves each batch).
+        """
+        self._require_setup()
+        device = torch.device(device)
+        self.resident_device, self._resident = None, {}
+        if device.type == "cpu":
+            return True
+        if device.type != "cuda":
+            return False
+        tensors = [t for s in self._splits.values() for t in s] + [
+            t for e in self._extras.values() for t in e if t is not None
+        ]
+        nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        free, _ = torch.cuda.mem_get_info(device)
+        if nbytes > RESIDENT_FRACTION * free:
+            return False
+        self.resident_device = device
+        return True
+
+    def teardown(self, stage: str) -> None:
+        """Release the splits' device copies (:meth:`keep_on`) at the end of a fit."""
+        self.resident_device, self._resident = None, {}
+
+    def _tensors(self, name: str) -> tuple[torch.Tensor | None, ...]:
+        """``(x, y, weight, offset)`` of this process's shard of one split, on
+        :attr:`resident_device` when set (moved once per fit)."""
+        if name in self._resident:
+            return self._resident[name]
         x, y = self.split(name)
         weight, offset = self._extras[name]
         trainer = self.trainer
@@ -310,6 +353,14 @@ class GLMDataModule(pl.LightningDataModule):
             idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
             x, y = x[idx], y[idx]
             weight, offset = (None if t is None else t[idx] for t in (weight, offset))
+        tensors = (x, y, weight, offset)
+        if self.resident_device is not None:
+            tensors = tuple(None if t is None else t.to(self.resident_device) for t in tensors)
+            self._resident[name] = tensors
+        return tensors
+
+    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
+        x, y, weight, offset = self._tensors(name)
         return TensorBatches(
             x,
             y,

@@ -42,11 +42,12 @@ from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
 from torch.optim.lr_scheduler import ReduceLROnPlateau
 
-from .._validation import ConvergenceWarning, check_positive, fail, warn
+from .._validation import ConvergenceWarning, PerformanceWarning, check_positive, fail, warn
 from ..data.batches import Batch, BatchBlock
 from ..solvers.base import FitResult
 from .data_module import GLMDataModule
 from .features import standardize
+from .graphs import BlockGraph, capturable_optimizer, optimizer_key, side_stream
 from .metrics import GLMMetrics
 
 __all__ = ["GLMTask", "PassStep"]
@@ -126,6 +127,20 @@ class GLMTask(pl.LightningModule):
         lr_scheduler_interval: step the scheduler after every ``"epoch"`` or after
             every optimizer ``"step"`` (e.g. ``OneCycleLR``); ``ReduceLROnPlateau``
             needs ``"epoch"`` (it watches ``val/loss``).
+        cuda_graphs: ``sgd`` in step blocks on a CUDA device: record the optimizer
+            steps of one block as a CUDA graph and replay it for every full block
+            (:mod:`torchglm.training.graphs`): one launch per block instead of a few
+            dozen kernels and an autograd pass per step, the same kernels in the
+            same order. Needs what recording needs: the training data kept on the
+            device (the data module does so when they fit in half its free memory),
+            shuffled batches, ``32-true`` precision (float64 data included) on one device, no
+            callback or override of the step hooks, no per-step scheduler, and an
+            optimizer whose step can be recorded (``SGD``, or one built with
+            ``capturable=True``/``fused=True`` such as ``Adam``); otherwise the fit
+            runs uncaptured and says why (one warning). The first full block runs
+            uncaptured (it creates the optimizer's state); an epoch's last, shorter
+            block always does. A per-epoch scheduler's new learning rate records the
+            block again.
 
     Attributes:
         fit_result: the :class:`~torchglm.solvers.base.FitResult` of the last fit
@@ -150,12 +165,15 @@ class GLMTask(pl.LightningModule):
         ece_bins: int = 15,
         steps_per_block: int = 32,
         lr_scheduler_interval: Literal["epoch", "step"] = "epoch",
+        cuda_graphs: bool = False,
     ):
         super().__init__()
         if isinstance(steps_per_block, bool) or not isinstance(steps_per_block, int) or steps_per_block < 1:
             raise fail("steps_per_block", "an integer >= 1", repr(steps_per_block))
         if lr_scheduler_interval not in ("epoch", "step"):
             raise fail("lr_scheduler_interval", "'epoch' or 'step'", repr(lr_scheduler_interval))
+        if not isinstance(cuda_graphs, bool):
+            raise fail("cuda_graphs", "true or false", repr(cuda_graphs))
         with warnings.catch_warnings():
             # A basis module passed from Python is dropped just below; the notice is moot.
             warnings.filterwarnings("ignore", message=".*is an instance of `nn.Module`.*")
@@ -175,8 +193,14 @@ class GLMTask(pl.LightningModule):
         self.ece_bins = ece_bins
         self.steps_per_block = steps_per_block
         self.lr_scheduler_interval = lr_scheduler_interval
+        self.cuda_graphs = cuda_graphs
         # Whether a block's steps may skip Lightning's hook dispatch (on_train_start).
         self._plain_steps = False
+        # Whether the data module gathers batches where the model is (setup), and the
+        # recorded block of cuda_graphs (on_train_start; None: blocks run eagerly).
+        self._resident = False
+        self._graph: BlockGraph | None = None
+        self._graph_warm = False
         self.model: nn.Module | None = None
         self.fitter = None
         self._resumed_fit: dict[str, Any] | None = None
@@ -315,6 +339,9 @@ class GLMTask(pl.LightningModule):
         datamodule = self.trainer.datamodule
         if stage == "fit" and isinstance(datamodule, GLMDataModule):
             datamodule.steps_per_block = self.block_size()
+            # The training data stay on the device for the fit when they fit there:
+            # each step gathers its rows on the device, no host-to-device copy.
+            self._resident = datamodule.keep_on(self.trainer.strategy.root_device)
 
     def configure_model(self) -> None:
         if self.model is None and self._trainer is not None and self.trainer.datamodule is not None:
@@ -422,6 +449,49 @@ class GLMTask(pl.LightningModule):
         self._fit_start = time.perf_counter()
         if not self.automatic_optimization:
             self._plain_steps = self._no_step_hooks()
+        self._graph, self._graph_warm = None, False
+        if self.cuda_graphs and self.solver == "sgd":
+            reason = self._graph_obstacle()
+            if reason is None:
+                dm = self.trainer.datamodule
+                self._graph = BlockGraph(
+                    self.block_size(),
+                    dm.batch_size,
+                    self.trainer.strategy.root_device,
+                    self.feature_mean.dtype,
+                    self.graph_backend,
+                )
+            else:
+                warn(f"cuda_graphs: the SGD blocks run uncaptured: {reason}", PerformanceWarning)
+
+    #: ``() -> GraphBackend`` for :class:`~torchglm.training.graphs.BlockGraph`;
+    #: ``None``: a CUDA graph (on CUDA devices only). Tests set a CPU recorder.
+    graph_backend = None
+
+    def _graph_obstacle(self) -> str | None:
+        """Why this fit's step blocks cannot be recorded (``cuda_graphs``), or ``None``."""
+        trainer = self.trainer
+        device = trainer.strategy.root_device
+        if self.graph_backend is None and device.type != "cuda":
+            return f"they need a CUDA device (this fit runs on {device})"
+        if self.automatic_optimization:
+            return "the fit takes one mini-batch per Lightning step (steps_per_block=1, or a trainer setting counted in mini-batches)"
+        if not self._plain_steps:
+            return (
+                "Lightning's step hooks do work here (a callback or override of a step hook, a precision "
+                "other than 32-true, or several devices)"
+            )
+        dm = trainer.datamodule
+        if not isinstance(dm, GLMDataModule) or not self._resident:
+            return "the training data are not kept on the device (they take more than half its free memory)"
+        if not dm.shuffle or dm.batch_size is None:
+            return "the batches are not shuffled mini-batches"
+        if any(c.interval == "step" for c in trainer.lr_scheduler_configs):
+            return "a per-step learning-rate scheduler changes the recorded step every step"
+        opt = self.optimizers().optimizer
+        if not capturable_optimizer(opt):
+            return f"{type(opt).__name__}.step cannot be recorded (use SGD, or build the optimizer with capturable=True)"
+        return None
 
     def fit_seconds(self) -> float:
         """Wall time of the fit so far, summed over the runs it was resumed across
@@ -493,10 +563,32 @@ class GLMTask(pl.LightningModule):
             if c.interval == "step" and not isinstance(c.scheduler, ReduceLROnPlateau)
         ]
         opt = self.optimizers()
-        outside, forward = self._step_contexts()
+        graph = self._graph
+        if (
+            graph is not None
+            and isinstance(block, BatchBlock)
+            and n_steps == len(batches)
+            and graph.fits(block.spans)
+        ):
+            if self._graph_warm:
+                losses = self._replay_block(graph, block, opt)
+                logged = [
+                    (first + i, losses[i].clone())
+                    for i in range(n_steps)
+                    if every and (first + i + 1) % every == 0
+                ]
+                self._end_block(batch_idx, n_steps, len(batches), epoch, logged)
+                return losses[n_steps - 1].clone()
+            # The first full block runs uncaptured (on a side stream, as recording
+            # asks): it creates the optimizer's state and the gradients' memory.
+            self._graph_warm = True
+            outside = side_stream(graph.index.device)
+        else:
+            outside = nullcontext()
         last: list[torch.Tensor | None] = [None]  # the closure's last loss
         logged = []
-        with outside:
+        precision, forward = self._step_contexts()
+        with outside, precision:
             for i, batch in enumerate(islice(batches, n_steps)):
                 step_in_epoch = acc["steps"]
                 closure = self._closure(batch, forward, last, opt.optimizer, epoch, step_in_epoch)
@@ -516,7 +608,59 @@ class GLMTask(pl.LightningModule):
                 # Lightning writes the loss of step s when (s + 1) % every == 0.
                 if every and (first + i + 1) % every == 0:
                     logged.append((first + i, last[0]))
-        if batch_idx == trainer.num_training_batches - 1 and n_steps == len(batches):
+        self._end_block(batch_idx, n_steps, len(batches), epoch, logged)
+        return last[0]
+
+    def _replay_block(self, graph: BlockGraph, block: BatchBlock, opt) -> torch.Tensor:
+        """One full block's steps as a replay of its recorded graph (recorded first,
+        or again when the optimizer's numbers changed); Lightning counts the steps
+        as it counts uncaptured ones. Returns the step losses (the graph's buffer)."""
+        optimizer, acc = opt.optimizer, self._epoch_loss
+        key = (optimizer_key(optimizer), block.gather)
+        losses = graph.run(block.spans, acc["sum"], key, self._graph_body(block.gather, optimizer))
+        for _ in range(graph.steps):
+            opt._on_before_step()
+            opt._on_after_step()
+        acc["steps"] += graph.steps
+        acc["count"] += graph.steps
+        return losses
+
+    def _graph_body(self, gather, optimizer):
+        """What a recorded block does: per step, gather the rows ``index[i]`` and take
+        the optimizer step with the closure of :meth:`_closure` (without Lightning's
+        dispatch), the loss written to ``losses[i]`` and added to ``total``."""
+
+        def body(index: torch.Tensor, losses: torch.Tensor, total: torch.Tensor) -> None:
+            for i in range(index.shape[0]):
+
+                def record(value: torch.Tensor, out: torch.Tensor = losses[i]) -> None:
+                    out.copy_(value)
+                    total.add_(value)
+
+                optimizer.step(self._plain_closure(gather(index[i]), optimizer, record))
+
+        return body
+
+    def _plain_closure(self, batch: Batch, optimizer, record):
+        """The closure of one step without Lightning's dispatch: forward, ``record``
+        the detached loss, zero_grad, backward."""
+        model, phi = self.model, self.phi
+
+        def closure():
+            loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
+            record(loss.detach())
+            optimizer.zero_grad()
+            loss.backward()
+            return loss
+
+        return closure
+
+    def _end_block(self, batch_idx: int, n_steps: int, n_batches: int, epoch: int, logged: list) -> None:
+        """After a block's steps: the per-epoch schedulers after the epoch's last step
+        (where Lightning steps them), the step losses to the loggers, and Lightning's
+        logger step advanced by the block's steps."""
+        trainer, acc = self.trainer, self._epoch_loss
+        if batch_idx == trainer.num_training_batches - 1 and n_steps == n_batches:
             acc["complete"] = True
             for c in trainer.lr_scheduler_configs:
                 if (
@@ -530,7 +674,6 @@ class GLMTask(pl.LightningModule):
         # n_steps: validation and epoch metrics then land on the optimizer-step axis,
         # as with one mini-batch per training step.
         trainer.fit_loop.epoch_loop._batches_that_stepped += max(n_steps - 1, 0)
-        return last[0]
 
     def _closure(self, batch: Batch, forward, last: list, optimizer, epoch: int, step: int):
         """Lightning's closure of one step: forward, epoch loss, zero_grad, backward
@@ -538,16 +681,12 @@ class GLMTask(pl.LightningModule):
         model, phi, acc = self.model, self.phi, self._epoch_loss
         if self._plain_steps:
 
-            def closure():
-                loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
-                last[0] = loss.detach()
-                acc["sum"].add_(last[0])
+            def record(value: torch.Tensor) -> None:
+                last[0] = value
+                acc["sum"].add_(value)
                 acc["count"] += 1
-                optimizer.zero_grad()
-                loss.backward()
-                return loss
 
-            return closure
+            return self._plain_closure(batch, optimizer, record)
         trainer = self.trainer
 
         def closure():
@@ -659,6 +798,8 @@ class GLMTask(pl.LightningModule):
 
     def on_train_end(self) -> None:
         self.fit_seconds_before, self._fit_start = self.fit_seconds(), None
+        if self._graph is not None:
+            self._graph.graph = None  # the recording's memory (its count stays)
         self.model.mark_fitted()
         if self.solver != "sgd" and not self.fitter.done:
             # Never hide non-convergence: the trainer (max_epochs, early stopping)

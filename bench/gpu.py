@@ -187,7 +187,9 @@ def passes(problems, device, repeats, rates: dict) -> dict:
         for dtype in (torch.float32, torch.float64):
             x = x64.to(dtype)  # the same data in both dtypes
             key = f"{kind} n={n} d={d}" + (f" K={K}" if K else "") + f" {str(dtype)[6:]}"
-            r = gpu_passes.pass_times(kind, x, y, K, repeats, check=True)
+            # float32: also the Hessian products in TF32 (CUDA) and bfloat16 (hessian_precision)
+            low = ("tf32", "bf16") if dtype == torch.float32 else ()
+            r = gpu_passes.pass_times(kind, x, y, K, repeats, check=True, precisions=low)
             P = 1 if K is None else K * (K + 1) // 2
             flops = 2 * n * (d + 1) ** 2 * P
             rate = rates[str(dtype)[6:]]["tflops"]
@@ -442,16 +444,20 @@ def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
     x_cpu, y_cpu = x.cpu(), y.cpu()
     rows = {}
     warm = min(n, 10_000)
-    for solver in ("auto", "lbfgs", "newton"):
-        gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL)  # warm-up
+    runs = [(solver, {}) for solver in ("auto", "lbfgs", "newton")]
+    # auto works in float32 here (then the float64 polish): its Hessian products in TF32/bf16
+    runs += [("auto", {"hessian_precision": p}) for p in ("tf32", "bf16")]
+    for solver, options in runs:
+        gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL, **options)  # warm-up
         best = None
         for _ in range(repeats):
-            row, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL)
+            row, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL, **options)
             if best is None or row["time_s"] < best[0]["time_s"]:
                 best = (row, model)
         row, model = best
         row["objective"] = logistic_objective(x_cpu, y_cpu, model.coef, model.intercept)
-        rows[f"torchglm {solver}"] = row
+        name = f"torchglm {solver}" + "".join(f" {k}={v}" for k, v in options.items())
+        rows[name] = row
     del x, y
     try:
         from sklearn.linear_model import LogisticRegression as SkLogistic
@@ -536,6 +542,13 @@ def print_report(report: dict) -> None:
             f"{r['full_pass_fraction_of_matmul']:>8.1%}{r['reference_fraction_of_matmul']:>10.1%}"
             f"{r['max_rel_diff_full_to_reference']:>14.2e}"
         )
+        for p in ("tf32", "bf16"):
+            if f"pass[full,{p}]_s" in r:
+                print(
+                    f"  {'  hessian_precision=' + p:<36}{r[f'pass[full,{p}]_s']:>10.5f}{'':>10}"
+                    f"{r[f'pass[full,{p}]_s'] / r['reference_full_s']:>9.2f}{'':>27}"
+                    f"{r[f'max_rel_diff_full_{p}_to_reference']:>14.2e}"
+                )
     s = report["sgd"]
     print(
         f"\nSGD (n={s['n_train']}, d={s['d']}, batch {s['batch']}, lr {s['lr']}; ratio to {s['baseline']}):"
@@ -553,12 +566,12 @@ def print_report(report: dict) -> None:
     print(
         f"\nfits (logistic n={f['n']} d={f['d']}, l2={f['l2']}, float64; torchglm on {f['torchglm_device']}):"
     )
-    print(f"  {'method':<26}{'time s':>10}{'iter':>6}{'conv':>6}{'objective':>20}{'rel diff':>11}  ratios")
+    print(f"  {'method':<40}{'time s':>10}{'iter':>6}{'conv':>6}{'objective':>20}{'rel diff':>11}  ratios")
     for name, r in f["rows"].items():
         ratios = " ".join(f"{k[14:]}={v:.2f}" for k, v in r.items() if k.startswith("time_ratio_to_"))
         rel = r.get("objective_rel_diff_to_sklearn_best")
         print(
-            f"  {name:<26}{r['time_s']:>10.4f}{r['n_iter']:>6}{r['converged']!s:>6}"
+            f"  {name:<40}{r['time_s']:>10.4f}{r['n_iter']:>6}{r['converged']!s:>6}"
             f"{r['objective']:>20.14f}{'' if rel is None else f'{rel:>11.1e}'}  {ratios}"
         )
 

@@ -122,10 +122,12 @@ def reference_in_theta_order(ref, model, n):
     return H / n + torch.diag(model.l2 * mask)
 
 
-def pass_times(kind, x, y, K, repeats, check=False):
+def pass_times(kind, x, y, K, repeats, check=False, precisions=()):
     """Seconds of one pass per curvature and of the hand-written reference (best of
     ``repeats``); with ``check``, also ``max_rel_diff_full_to_reference``: the largest
-    entry of ``|H_pass - H_ref|`` over the largest of ``|H_ref|`` (both in float64)."""
+    entry of ``|H_pass - H_ref|`` over the largest of ``|H_ref|`` (both in float64).
+    ``precisions``: also the full pass with these ``hessian_precision`` values
+    (``pass[full,<p>]_s``, and with ``check`` ``max_rel_diff_full_<p>_to_reference``)."""
     from torchglm.data import TensorBatches
     from torchglm.solvers.derivatives import PassSums, flat_parameters
 
@@ -146,6 +148,15 @@ def pass_times(kind, x, y, K, repeats, check=False):
             sums[curvature] = s.finish()
 
         out[f"pass[{curvature}]_s"] = timed(one, x.device, repeats)
+    for precision in precisions:
+
+        def low(precision=precision):
+            s = PassSums(model, theta, "full", hessian_precision=precision)
+            for b in batches:
+                s.add(b)
+            sums[precision] = s.finish()
+
+        out[f"pass[full,{precision}]_s"] = timed(low, x.device, repeats)
     v = torch.randn_like(theta)
     out["hvp_s"] = timed(lambda: sums["hvp"].hvp(v), x.device, repeats)
 
@@ -158,14 +169,15 @@ def pass_times(kind, x, y, K, repeats, check=False):
     if check:
         with torch.no_grad():
             H_ref = reference_in_theta_order(reference().double(), model, n)
-            diff = (sums["full"].hess.double() - H_ref).abs().max() / H_ref.abs().max()
-        out["max_rel_diff_full_to_reference"] = float(diff)
+            for key, name in (("full", "full"), *((p, f"full_{p}") for p in precisions)):
+                diff = (sums[key].hess.double() - H_ref).abs().max() / H_ref.abs().max()
+                out[f"max_rel_diff_{name}_to_reference"] = float(diff)
     return out
 
 
-def fit_one(kind, x, y, K, solver, l2=1e-4, tol=1e-10):
-    """One synchronized ``fit(model, x, y, solver=...)`` from a fresh model: ``(row,
-    model)`` with the row's seconds, iterations, converged, passes and message."""
+def fit_one(kind, x, y, K, solver, l2=1e-4, tol=1e-10, **options):
+    """One synchronized ``fit(model, x, y, solver=..., **options)`` from a fresh model:
+    ``(row, model)`` with the row's seconds, iterations, converged, passes and message."""
     from torchglm.solvers import fit
 
     m = _glm(kind, x.shape[1], K, x.dtype, x.device, l2)
@@ -173,7 +185,7 @@ def fit_one(kind, x, y, K, solver, l2=1e-4, tol=1e-10):
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = fit(m, x, y, solver=solver, tol=tol)
+        r = fit(m, x, y, solver=solver, tol=tol, **options)
     _sync(x.device)
     row = {
         "time_s": time.perf_counter() - t0,

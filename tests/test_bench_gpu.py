@@ -50,6 +50,13 @@ def test_pass_hessian_matches_the_reference(report):
         assert 0 <= r["max_rel_diff_full_to_reference"] < bound, key
         assert r["pass[full]_s"] > 0 and r["reference_full_s"] > 0
         assert r["ratio_full_to_reference"] == pytest.approx(r["pass[full]_s"] / r["reference_full_s"])
+        if r["dtype"] == "float32":
+            # TF32 is CUDA's: on a CPU the float32 products; bfloat16 good to its 8 bits
+            assert r["max_rel_diff_full_tf32_to_reference"] == r["max_rel_diff_full_to_reference"], key
+            assert 1e-6 < r["max_rel_diff_full_bf16_to_reference"] < 2e-2, key
+            assert r["pass[full,tf32]_s"] > 0 and r["pass[full,bf16]_s"] > 0
+        else:
+            assert "pass[full,bf16]_s" not in r
         rate = report["matmul"][r["dtype"]]["tflops"]
         assert r["full_pass_fraction_of_matmul"] == pytest.approx(r["full_pass_tflops"] / rate)
 
@@ -75,7 +82,7 @@ def test_fits_reach_sklearns_objective(report):
     rows = f["rows"]
     assert f["sklearn_C"] == pytest.approx(1 / (f["l2"] * f["n"]))
     sk = min(rows[k]["objective"] for k in ("sklearn lbfgs", "sklearn newton-cholesky"))
-    for solver in ("auto", "lbfgs", "newton"):
+    for solver in ("auto", "lbfgs", "newton", "auto hessian_precision=tf32", "auto hessian_precision=bf16"):
         r = rows[f"torchglm {solver}"]
         assert r["converged"], (solver, r["message"])
         assert r["objective"] <= sk + 1e-6 * abs(sk), solver

@@ -120,6 +120,7 @@ def fit(
     dtype: torch.dtype | None = None,
     polish: bool | None = None,
     max_passes: int | None = None,
+    hessian_precision: str = "highest",
     **options,
 ) -> FitResult:
     """Fit ``model`` in place by passes over in-memory batches, without a Trainer.
@@ -141,6 +142,13 @@ def fit(
             float32 Hessian there, so a polish pass costs one float64 loss and
             gradient. Default: on for lower precision.
         max_passes: cap on passes (default generous: ``50 * max_iter``).
+        hessian_precision: ``"tf32"`` or ``"bf16"``: the lower-precision stage's
+            Hessian products in TF32 (CUDA) or bfloat16 (see
+            :class:`~torchglm.solvers.stepper.StepFitter`); the float64 polish then
+            sums its own exact Hessian (instead of reusing the stage's) and decides
+            convergence with it. Needs a stage before the polish (``dtype=float32``,
+            or ``auto`` on a problem large enough to work in float32; under
+            ``auto`` it is ignored where there is none).
         **options: more fitter options (``tol``, ``gtol``, ``lr``, ...).
 
     Returns:
@@ -179,11 +187,24 @@ def fit(
     if polish is None:
         polish = work.itemsize < 8
     stages = [work, torch.float64] if polish and work != torch.float64 else [work]
+    if hessian_precision != "highest" and len(stages) == 1 and solver != "auto":
+        raise fail(
+            "hessian_precision",
+            "'highest' for a fit in one stage (a lower precision needs a stage the float64 polish "
+            "verifies: dtype=torch.float32 with polish on)",
+            repr(hessian_precision),
+        )
     result = None
     for dt in stages:
         extra = {}
-        if result is not None and result.extra.get("hessian") is not None and issubclass(cls, NewtonFitter):
+        if (
+            result is not None
+            and result.extra.get("hessian") is not None
+            and issubclass(cls, NewtonFitter)
+            and hessian_precision == "highest"
+        ):
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
+            # (Not a TF32/bf16 one: its decrement would carry that Hessian's error.)
             extra["fixed_hessian"] = result.extra["hessian"]
         stage_options = dict(options)
         if dt != stages[-1] and issubclass(cls, NewtonFitter):
@@ -195,6 +216,7 @@ def fit(
             stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
         if dt != stages[-1] and issubclass(cls, StepFitter):
             stage_options["handoff"] = True  # the polish verifies the stage's last step
+            stage_options["hessian_precision"] = hessian_precision
         fitter = cls(model, max_iter=max_iter, dtype=dt, **stage_options, **extra)
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y

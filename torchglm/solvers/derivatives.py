@@ -46,6 +46,7 @@ __all__ = [
     "penalty_mask",
     "hessian_cost",
     "PassSums",
+    "HESSIAN_PRECISIONS",
     "hessian_and_gradient",
 ]
 
@@ -182,6 +183,9 @@ class PassSums:
             only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
         sparse_cache: a dict that outlives the pass (the fitter's), where a sparse
             batch keeps its transposed CSR between passes (:class:`SparseRows`).
+        hessian_precision: the precision of the products ``X~^T [h X~]`` of a dense
+            Hessian (:data:`HESSIAN_PRECISIONS`); everything else is summed in
+            ``theta``'s dtype.
     """
 
     def __init__(
@@ -193,8 +197,10 @@ class PassSums:
         y_sum: bool = False,
         targets_only: bool = False,
         sparse_cache: dict | None = None,
+        hessian_precision: str = "highest",
     ):
         self.family = model.family
+        self.hessian_precision = hessian_precision
         self.sparse_cache = sparse_cache
         self.penalty = L2Penalty(model.l2)
         m, d = model.n_outputs, model.n_features
@@ -332,7 +338,7 @@ class PassSums:
         for i in range(0, x.shape[0], rows):
             xc, hc = x[i : i + rows], hp[i : i + rows]
             hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
-            B.addmm_(xc.T, hx)
+            _add_product(B, xc.T, hx, self.hessian_precision)
         # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
         B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
         full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
@@ -453,6 +459,36 @@ class _Curvature:
             hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
             return hu if self.weight is None else _scale(hu, self.weight)
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+
+#: Precisions of a dense Hessian's products (:class:`PassSums`): ``"highest"``, the
+#: working dtype; ``"tf32"``, float32 products on TF32 tensor cores (CUDA; the working
+#: dtype elsewhere, where there are none); ``"bf16"``, bfloat16 operands (8 bits of
+#: mantissa) with each chunk's product added in the working dtype (on a CUDA device
+#: the product itself is accumulated and returned in float32).
+HESSIAN_PRECISIONS = ("highest", "tf32", "bf16")
+
+
+def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, precision: str) -> None:
+    """``out += a @ b`` in the given precision (:data:`HESSIAN_PRECISIONS`)."""
+    if precision == "bf16":
+        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+        if out.is_cuda and out.dtype == torch.float32:
+            out += torch.mm(a, b, out_dtype=torch.float32)  # cuBLAS: float32 accumulate and result
+        else:
+            # (no float32 result for bfloat16 operands on a CPU: each chunk's result is
+            # rounded to bfloat16, about 1e-3 relative on a CPU's chunks)
+            out += torch.mm(a, b).to(out.dtype)
+    elif precision == "tf32" and out.is_cuda and out.dtype == torch.float32:
+        matmul = torch.backends.cuda.matmul  # the fp32_precision API (the legacy flag must not mix with it)
+        before = matmul.fp32_precision
+        matmul.fp32_precision = "tf32"
+        try:
+            out.addmm_(a, b)
+        finally:
+            matmul.fp32_precision = before
+    else:
+        out.addmm_(a, b)
 
 
 def _fused_rows(x: torch.Tensor) -> int | None:

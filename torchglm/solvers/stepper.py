@@ -57,6 +57,7 @@ from .._validation import ConvergenceWarning, NumericalWarning, SeparationWarnin
 from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from .base import FitResult, Fitter
 from .derivatives import (
+    HESSIAN_PRECISIONS,
     PassSums,
     SparseRows,
     flat_parameters,
@@ -110,6 +111,18 @@ class StepFitter(Fitter):
             pass then usually confirms: a converged stage's step is worth a factor
             ``lambda^2`` in the objective's error, and without it the polish needs a
             step and a second pass for ``lambda^2`` just above its tolerance.
+        hessian_precision: the precision of the Hessian's matrix products
+            (:data:`~torchglm.solvers.derivatives.HESSIAN_PRECISIONS`): ``"highest"``
+            (the working dtype), or for a ``handoff`` stage only, ``"tf32"`` (TF32
+            tensor cores on a CUDA device; on other devices the working dtype) or
+            ``"bf16"`` (bfloat16 products, added up in the working dtype). The
+            steps then solve with a Hessian good to about 1e-3 (TF32) or 4e-3
+            (bf16) relative, which slows Newton's final rate, not its line search;
+            the loss, gradient and every stopping decision stay in the working
+            dtype, and the stage that continues decides convergence with its own
+            exact Hessians. The stage's numerical safeguards (an indefinite or
+            singular rounded Hessian) are counted in ``extra["numerical_warnings"]``
+            without a warning.
     """
 
     name = ""
@@ -133,6 +146,7 @@ class StepFitter(Fitter):
         detect_separation: bool = True,
         saturation: float = 1e-10,
         handoff: bool = False,
+        hessian_precision: str = "highest",
     ):
         max_iter = self.default_max_iter if max_iter is None else max_iter
         if not isinstance(max_iter, int) or max_iter < 0:
@@ -140,6 +154,15 @@ class StepFitter(Fitter):
         check_positive("tol", tol, allow_zero=True)
         check_positive("gtol", gtol, allow_zero=True)
         check_positive("armijo", armijo)
+        if hessian_precision not in HESSIAN_PRECISIONS:
+            raise fail("hessian_precision", f"one of {list(HESSIAN_PRECISIONS)}", repr(hessian_precision))
+        if hessian_precision != "highest" and not handoff:
+            raise fail(
+                "hessian_precision",
+                "'highest' for a fit that decides its own convergence (a lower precision "
+                "serves a stage another stage verifies: fit(..., dtype=torch.float32) with its float64 polish)",
+                repr(hessian_precision),
+            )
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise fail("dtype", "a floating-point torch.dtype", dtype)
         self.model = model
@@ -149,6 +172,7 @@ class StepFitter(Fitter):
         self.detect_separation = detect_separation and model.l2 == 0 and model.family.is_classifier
         self.saturation = saturation
         self.handoff = handoff
+        self.hessian_precision = hessian_precision
         # Sparse batches' transposed CSR, kept across passes (derivatives.SparseRows).
         self.sparse_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
@@ -269,6 +293,7 @@ class StepFitter(Fitter):
             y_sum=self.base is None,
             targets_only=self.start_pending,
             sparse_cache=self.sparse_cache,
+            hessian_precision=self.hessian_precision,
         )
 
     def accumulate(self, batch) -> None:
@@ -609,7 +634,10 @@ class StepFitter(Fitter):
             self._finish(False, message, warn=True)
 
     def _note(self, text: str) -> None:
-        if text not in self.notes:
+        # A stage with a TF32/bf16 Hessian notes its safeguards without a warning: an
+        # indefinite or singular Hessian there is that rounding's, and the stage that
+        # continues decides with exact Hessians (and warns about them).
+        if text not in self.notes and self.hessian_precision == "highest":
             _warn(f"{self.name}: {text}", NumericalWarning)
         self.notes[text] = self.notes.get(text, 0) + 1
 

@@ -14,7 +14,7 @@ from graph_replay import RecordedGraph
 from pytorch_lightning.loggers import CSVLogger
 from test_sgd_blocks import _state
 
-from torchglm import LogisticRegression, PerformanceWarning, SoftmaxRegression
+from torchglm import InputError, LogisticRegression, PerformanceWarning, SoftmaxRegression
 from torchglm.training import GLMDataModule, GLMTask
 from torchglm.training import data_module as data_module_mod
 from torchglm.training.graphs import BlockGraph
@@ -229,3 +229,22 @@ def test_cuda_graphs_take_the_uncaptured_steps_on_a_gpu(tmp_path, optimizer):
     assert not graphs[2], [str(w.message) for w in graphs[2]]
     assert graphs[0]._graph.recordings == 1
     _assert_same_fit(plain, graphs)
+
+
+def test_train_py_runs_a_cuda_graphs_config_uncaptured_on_a_cpu_with_one_line(tmp_path):
+    from test_runs_console import TINY, _run
+
+    proc = _run(
+        "--config", TINY, "--model.cuda_graphs", "true", "--run_dir", str(tmp_path / "run"), cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = [line for line in proc.stderr.splitlines() if "cuda_graphs" in line]
+    assert said == [
+        "PerformanceWarning: cuda_graphs: the SGD blocks run uncaptured: they need a CUDA device (this fit runs on cpu)"
+    ]
+    assert (tmp_path / "run" / "model.ckpt").exists()
+
+
+def test_cuda_graphs_takes_a_bool():
+    with pytest.raises(InputError, match="cuda_graphs: expected true or false, got 'yes'"):
+        GLMTask(LogisticRegression, cuda_graphs="yes")

@@ -3,7 +3,10 @@ the truth. Run it on two checkouts (the older one first on PYTHONPATH) for befor
 
     OMP_NUM_THREADS=1 python bench/trust_report.py
 
-Cases: raw NIST Longley (certified digits, RSS), logistic regression with columns scaled
+Cases: the NIST StRD least squares suite (torchglm.data.nist: certified digits of the
+coefficients and standard deviations, torchglm's ``qr`` and ``glm_results`` beside
+statsmodels' OLS, numpy's ``lstsq`` and scikit-learn's ``LinearRegression``), raw NIST
+Longley on every solver (certified digits, RSS), logistic regression with columns scaled
 by (1, 1e4, 1e-4) and by 1e-6 (max probability error against the unscaled fit), nearly
 collinear columns (objective gap to the optimum), separated data with d = 40 (what the
 fit reports). gd and coordinate descent get 2000 steps.
@@ -18,21 +21,12 @@ import statsmodels.api as sm
 import torch
 
 from torchglm import LogisticRegression
+from torchglm.data.nist import NIST_LLS
+from torchglm.inference import glm_results
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import fit
 
 SOLVERS = ["newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate", "auto"]
-LONGLEY = np.array(
-    [
-        -3482258.63459582,
-        15.0618722713733,
-        -0.358191792925910e-01,
-        -2.02022980381683,
-        -1.03322686717359,
-        -0.511041056535807e-01,
-        1829.15146461355,
-    ]
-)
 
 
 def run(model, x, y, solver):
@@ -43,12 +37,55 @@ def run(model, x, y, solver):
     return r, ",".join(kinds) or "-"
 
 
+def digits(est, cert) -> float:
+    """Correct digits of the worst entry (log relative error; 0 where none)."""
+    est, cert = np.asarray(est, dtype=float), np.asarray(cert, dtype=float)
+    ok = cert != 0
+    if not ok.any():
+        return float("nan")
+    err = np.abs(est[ok] - cert[ok]) / np.abs(cert[ok])
+    return max(0.0, float(np.min(-np.log10(np.maximum(np.nan_to_num(err, nan=1.0), 1e-17)))))
+
+
+def nist_table() -> None:
+    """The NIST StRD linear least squares suite: digits of the worst coefficient (and
+    standard deviation) for torchglm and the peers, on the same float64 data."""
+    from sklearn.linear_model import LinearRegression
+
+    print("NIST StRD linear least squares: correct digits of the worst coefficient (sd: standard deviation)")
+    print(
+        f"  {'problem':10s}{'level':>9s}{'torchglm qr':>13s}{'sd':>6s}{'statsmodels':>13s}{'sd':>6s}"
+        f"{'lstsq':>7s}{'sklearn':>9s}"
+    )
+    for name, p in NIST_LLS.items():
+        X, y = p.design(), p.y
+        x = torch.tensor(X)
+        m = GeneralizedLinearModel(X.shape[1], "gaussian", fit_intercept=p.intercept, dtype=torch.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            r = fit(m, x, torch.tensor(y), solver="qr")
+            res = glm_results(m, x=x, y=torch.tensor(y), fit_result=r)
+            Xc = sm.add_constant(X, has_constant="add") if p.intercept else X
+            ols = sm.OLS(y, Xc).fit()
+            lstsq = np.linalg.lstsq(Xc, y, rcond=None)[0]
+            sk = LinearRegression(fit_intercept=p.intercept).fit(X, y)
+        order = (lambda v: np.r_[v[-1], v[:-1]]) if p.intercept else (lambda v: np.asarray(v))
+        ours, ours_sd = order(m.flat_parameters().numpy()), order(np.asarray(res.bse))
+        skc = np.r_[sk.intercept_, sk.coef_] if p.intercept else sk.coef_
+        print(
+            f"  {name:10s}{p.difficulty:>9s}{digits(ours, p.coef):13.1f}{digits(ours_sd, p.sd):6.1f}"
+            f"{digits(ols.params, p.coef):13.1f}{digits(ols.bse, p.sd):6.1f}"
+            f"{digits(lstsq, p.coef):7.1f}{digits(skc, p.coef):9.1f}"
+        )
+
+
 def main():
     torch.manual_seed(0)
-    d = sm.datasets.longley.load_pandas()
-    x = torch.tensor(d.exog.values, dtype=torch.float64)
-    y = torch.tensor(d.endog.values, dtype=torch.float64)
-    print("NIST Longley (raw): certified digits, RSS (certified 836424.055506)")
+    nist_table()
+    longley = NIST_LLS["Longley"]
+    LONGLEY = np.array(longley.coef)
+    x, y = torch.tensor(longley.x), torch.tensor(longley.y)
+    print("NIST Longley (raw), every solver: certified digits, RSS (certified 836424.055506)")
     for s in SOLVERS:
         m = GeneralizedLinearModel(6, "gaussian", dtype=torch.float64)
         r, w = run(m, x, y, s)

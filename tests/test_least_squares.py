@@ -12,23 +12,14 @@ import torch.multiprocessing as mp
 
 from torchglm import InputError, NumericalWarning
 from torchglm.data.batches import TensorBatches
+from torchglm.data.nist import NIST_LLS
 from torchglm.models import GeneralizedLinearModel, LogisticRegression
 from torchglm.solvers import choose_solver, fit, flat_parameters, make_fitter, run_passes
 
 sm = pytest.importorskip("statsmodels.api")
 
-#: NIST StRD Longley, certified values: intercept, then x1..x6.
-LONGLEY = np.array(
-    [
-        -3482258.63459582,
-        15.0618722713733,
-        -0.358191792925910e-1,
-        -2.02022980381683,
-        -1.03322686717359,
-        -0.511041056535807e-1,
-        1829.15146461355,
-    ]
-)
+#: NIST StRD Longley, certified values: intercept, then x1..x6 (torchglm.data.nist).
+LONGLEY = np.array(NIST_LLS["Longley"].coef)
 
 
 def _digits(est, cert):
@@ -36,11 +27,7 @@ def _digits(est, cert):
 
 
 def _longley():
-    d = sm.datasets.longley.load_pandas()
-    return (
-        torch.tensor(d.exog.values, dtype=torch.float64),
-        torch.tensor(d.endog.values, dtype=torch.float64),
-    )
+    return torch.tensor(NIST_LLS["Longley"].x), torch.tensor(NIST_LLS["Longley"].y)
 
 
 def _params(m):

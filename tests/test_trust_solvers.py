@@ -14,6 +14,7 @@ from autograd_ref import assert_verified_optimum
 from torchglm import ConvergenceWarning, SeparationWarning
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, LogisticRegression, SoftmaxRegression
+from torchglm.data.nist import NIST_LLS
 from torchglm.solvers import SOLVERS, fit, flat_parameters
 
 sm = pytest.importorskip("statsmodels.api")
@@ -23,28 +24,14 @@ ALL = sorted(SOLVERS) + ["auto"]
 #: say converged=False with a warning (which the tests accept), not run for minutes.
 FIRST_ORDER_MAX_ITER = {"gd": 3000, "coordinate": 6000}
 
-#: NIST StRD Longley, certified values (https://www.itl.nist.gov/div898/strd/lls/data/Longley.shtml),
-#: intercept first.
-LONGLEY_CERTIFIED = np.array(
-    [
-        -3482258.63459582,
-        15.0618722713733,
-        -0.358191792925910e-01,
-        -2.02022980381683,
-        -1.03322686717359,
-        -0.511041056535807e-01,
-        1829.15146461355,
-    ]
-)
-LONGLEY_RSS = 836424.055505915
+#: NIST StRD Longley (torchglm.data.nist): certified coefficients (intercept first) and RSS.
+LONGLEY = NIST_LLS["Longley"]
+LONGLEY_CERTIFIED = np.array(LONGLEY.coef)
+LONGLEY_RSS = 9 * LONGLEY.residual_sd**2
 
 
 def longley():
-    d = sm.datasets.longley.load_pandas()
-    return (
-        torch.tensor(d.exog.values, dtype=torch.float64),
-        torch.tensor(d.endog.values, dtype=torch.float64),
-    )
+    return torch.tensor(LONGLEY.x), torch.tensor(LONGLEY.y)
 
 
 def _fit(model, x, y, solver, **kw):

@@ -1,7 +1,8 @@
 """Built-in datasets that need no download.
 
-scikit-learn's shipped tables (breast_cancer, iris, wine, digits, diabetes) and
-seeded synthetic generators (Gaussian classes, moons, XOR). Every entry of
+scikit-learn's shipped tables (breast_cancer, iris, wine, digits, diabetes),
+seeded synthetic generators (Gaussian classes, moons, XOR), the Rotten Tomatoes
+reviews and the eleven NIST StRD least squares problems (``nist_<name>``). Every entry of
 :data:`DATASETS` is a function ``(**options) -> Dataset``; adding a dataset is
 one line::
 
@@ -18,6 +19,7 @@ import numpy as np
 from .._validation import fail
 from .dataset import Dataset, Task
 from .movie_reviews import movie_review_counts
+from .nist import NIST_LLS, nist_dataset
 from .simulate import glm_dataset
 
 __all__ = ["Dataset", "DATASETS", "load_dataset", "gaussian_classes", "moons", "xor"]
@@ -171,6 +173,9 @@ def _movie_reviews(min_count: int = 2, max_size: int | None = None, include_plot
 
 
 DATASETS["movie_reviews"] = _movie_reviews
+# The NIST StRD linear least squares problems with certified values (``nist_filip``,
+# ``nist_longley``, ...; :mod:`torchglm.data.nist`).
+DATASETS.update({f"nist_{name.lower()}": partial(nist_dataset, name) for name in NIST_LLS})
 
 
 def load_dataset(name: str, **options) -> Dataset:

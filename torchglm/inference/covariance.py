@@ -11,8 +11,10 @@ import torch
 from scipy import stats
 
 from .._validation import warn
+from ..solvers.derivatives import eta_derivatives, flat_parameters, penalty_mask
+from ..solvers.least_squares import Triangle, equilibrated_svd
 
-__all__ = ["Identifiability", "identifiability"]
+__all__ = ["Identifiability", "identifiability", "identifiability_of_factor", "information_factor"]
 
 #: eigenvalues of the correlation-scaled information below this are null directions
 _RANK_TOL = 1e-10
@@ -64,6 +66,59 @@ def identifiability(info: torch.Tensor, tol: float = _RANK_TOL) -> Identifiabili
     keep = evals > tol * evals.max()
     inv_c = (evecs[:, keep] / evals[keep]) @ evecs[:, keep].T
     return Identifiability(int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), evecs[:, ~keep], s)
+
+
+def information_factor(model, batches, expected: bool, S: torch.Tensor, dtype) -> torch.Tensor | None:
+    """A triangle ``R`` with ``R^T R = S H``, the information of the summed negative
+    log-likelihood plus the penalty, without forming it: the QR (:class:`Triangle`) of
+    the rows ``sqrt(s_i h_i) [x_i, 1]`` (``h_i``: the per-sample curvature on the eta
+    scale, ``s_i``: the sample weight) and of ``sqrt(l2 S)`` rows on the penalized
+    weights. Possible where the information is a Gram matrix: a scalar family with
+    every ``h_i >= 0`` (the expected information, or the observed one of a canonical
+    link); ``None`` otherwise (softmax, a non-canonical link's observed information with
+    a negative ``h_i``, a sparse design), where :func:`identifiability` of ``S H`` serves.
+    """
+    if model.family.multi_output:
+        return None
+    closed_form = expected or model.family.is_canonical
+    theta = flat_parameters(model, dtype).to(model.param_device)
+    triangle = Triangle()
+    for batch in batches:
+        if batch.x.layout != torch.strided:
+            return None
+        x = batch.x.to(dtype)
+        eta = model.linear_predictor(theta, x, batch.offset)
+        _, _, h = eta_derivatives(model.family, eta, batch.y, order=2, expected=closed_form)
+        if batch.weight is not None:
+            h = h * batch.weight.to(h.dtype)
+        if not bool((h >= 0).all()):  # negative, or NaN
+            return None
+        cols = [x, torch.ones_like(x[:, :1])] if model.has_intercept else [x]
+        triangle.add(torch.cat(cols, 1) * h.sqrt().unsqueeze(-1))
+    R = triangle.gather()
+    if R is None:
+        return None
+    if model.l2 > 0:
+        mask = penalty_mask(model, dtype=dtype, device=R.device)
+        rows = torch.diag(mask * (model.l2 * S.to(dtype)).sqrt())
+        triangle.add(rows[mask > 0])
+        R = triangle.R
+    return R
+
+
+def identifiability_of_factor(R: torch.Tensor) -> Identifiability:
+    """:func:`identifiability` of ``A = R^T R`` from its factor ``R``: the SVD of ``R``
+    with unit column norms (the unit-diagonal scaling of ``A``), whose condition number
+    is the square root of ``A``'s, so the covariance keeps twice the digits (NIST's
+    Filip: about 7 correct digits of every standard deviation, none through ``A``), and
+    the least-squares fit's own rank rule (:func:`~torchglm.solvers.least_squares.equilibrated_svd`),
+    so inference and the ``qr`` fit agree on what is determined."""
+    c, _, sv, Vh, keep = equilibrated_svd(R)
+    keep = keep & (sv > 0)
+    s = 1.0 / c
+    V = Vh.T
+    inv_c = (V[:, keep] / sv[keep] ** 2) @ V[:, keep].T
+    return Identifiability(int(keep.sum()), inv_c * s.unsqueeze(0) * s.unsqueeze(1), V[:, ~keep], s)
 
 
 def _pearson_scale(pearson: float, df_resid: float) -> float:

@@ -19,6 +19,8 @@ from .covariance import (
     _pearson_scale,
     _wald,
     identifiability,
+    identifiability_of_factor,
+    information_factor,
 )
 from .results import GLMResults
 from .statistics import _categorical_stats, _FitStats, _log_likelihood, _scalar_stats
@@ -100,7 +102,8 @@ def glm_results(
     grad, H = _curvature(model, batches, information, dtype)
     stats_of = _categorical_stats if model.family.multi_output else _scalar_stats
     fs = stats_of(model, batches, dtype, feature_names)
-    est = _estimate(model, batches, dtype, fs, H, use_t, alpha)
+    factor = information_factor(model, batches, information == "expected", fs.S, dtype)
+    est = _estimate(model, batches, dtype, fs, H, use_t, alpha, factor)
     fs = est.fs
     unidentified = [n for n, u in zip(fs.names, est.unident.tolist()) if u]
     diverging = _diverging_from_solver(fit_result, fs.names, est.J)
@@ -193,10 +196,13 @@ class _Estimate(NamedTuple):
     llf_mle: float  # the log-likelihood at the dispersion's MLE (R's logLik)
 
 
-def _estimate(model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float) -> _Estimate:
+def _estimate(
+    model, batches, dtype, fs: _FitStats, H, use_t: bool, alpha: float, factor: torch.Tensor | None = None
+) -> _Estimate:
     """``Cov(J theta^) = phi J (S H)^- J^T`` (a generalized inverse of the information
-    ``S H``), the dispersion ``phi`` and the Wald statistics."""
-    ident = identifiability(fs.S * H)
+    ``S H``, from its factor ``R^T R = S H`` where there is one), the dispersion ``phi``
+    and the Wald statistics."""
+    ident = identifiability(fs.S * H) if factor is None else identifiability_of_factor(factor)
     J = fs.J if fs.J is not None else torch.eye(H.shape[0], dtype=dtype, device=H.device)
     theta = flat_parameters(model, dtype).to(H.device)
     params = J @ theta

@@ -32,7 +32,59 @@ from .._validation import NumericalWarning, fail, warn
 from ..passes import FitResult, Fitter
 from .derivatives import PassSums, flat_parameters, penalty_mask, set_flat_parameters
 
-__all__ = ["QRFitter"]
+__all__ = ["QRFitter", "Triangle", "equilibrated_svd"]
+
+
+class Triangle:
+    """The triangle ``R`` (``R^T R = A^T A``) of a tall matrix given in row blocks:
+    each block is stacked onto the running triangle and reduced again (TSQR; Demmel,
+    Grigori, Hoemmen & Langou, 2012). Always ``q x q`` for ``q`` columns (zero rows
+    below a short block's triangle), so every process all-gathers the same shape.
+
+    Attributes:
+        R: the triangle so far (``None`` before the first block).
+    """
+
+    def __init__(self) -> None:
+        self.R: torch.Tensor | None = None
+
+    def add(self, A: torch.Tensor) -> None:
+        """Stack the rows ``A`` onto the triangle."""
+        if self.R is not None:
+            A = torch.cat([self.R, A], 0)
+        R = torch.linalg.qr(A, mode="r")[1]
+        self.R = (
+            torch.cat([R, R.new_zeros(A.shape[1] - R.shape[0], A.shape[1])]) if R.shape[0] < A.shape[1] else R
+        )
+
+    def gather(self) -> torch.Tensor | None:
+        """The triangle of every process's rows (``torch.distributed``: all-gathered and
+        reduced once more, so every process holds the same); this process's otherwise."""
+        R = self.R
+        if R is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            parts = [torch.empty_like(R) for _ in range(dist.get_world_size())]
+            dist.all_gather(parts, R.contiguous())
+            self.R = None
+            for part in parts:
+                self.add(part)
+        return self.R
+
+
+def equilibrated_svd(R: torch.Tensor):
+    """The SVD of ``R`` with unit column norms (Jacobi / van der Sluis equilibration)
+    and the rank it has to working precision.
+
+    Returns:
+        ``(c, U, sv, Vh, keep)``: ``R / c = U diag(sv) Vh`` with ``c`` the column norms
+        (1 for a zero column), and ``keep = sv > max(q, 10) eps sv[0]`` (the directions
+        determined in this dtype; a rank decision independent of the columns' scales).
+    """
+    q = R.shape[1]
+    c = R.norm(dim=0)
+    c = torch.where(c > 0, c, torch.ones_like(c))
+    U, sv, Vh = torch.linalg.svd(R / c)
+    keep = sv > max(q, 10) * torch.finfo(R.dtype).eps * sv[0]
+    return c, U, sv, Vh, keep
 
 
 class QRFitter(Fitter):
@@ -70,7 +122,7 @@ class QRFitter(Fitter):
         self.result = FitResult(solver=self.name)
         self.done = False
         self.solved = False
-        self.R: torch.Tensor | None = None
+        self.triangle = Triangle()
         self.weight_sum = torch.zeros((), dtype=self.dtype, device=self.theta.device)
 
     # -- pass 1: the triangle of [A, b]; pass 2: E and g at the solution -------------
@@ -98,17 +150,7 @@ class QRFitter(Fitter):
             self.weight_sum += s.sum()
         else:
             self.weight_sum += y.shape[0]
-        self._stack(A)
-
-    def _stack(self, A: torch.Tensor) -> None:
-        if self.R is not None:
-            A = torch.cat([self.R, A], 0)
-        R = torch.linalg.qr(A, mode="r")[1]
-        # (p+1) x (p+1) always (zero rows below a short batch's triangle): every process
-        # all-gathers the same shape.
-        self.R = (
-            torch.cat([R, R.new_zeros(A.shape[1] - R.shape[0], A.shape[1])]) if R.shape[0] < A.shape[1] else R
-        )
+        self.triangle.add(A)
 
     def end_pass(self) -> bool:
         if self.done:
@@ -146,32 +188,21 @@ class QRFitter(Fitter):
 
     def _solve(self) -> None:
         p = self.theta.numel()
-        R = self.R
-        if R is None:
+        if self.triangle.R is None:
             raise fail("data", "at least one batch", "none")
+        R = self.triangle.gather()
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            parts = [torch.empty_like(R) for _ in range(dist.get_world_size())]
-            dist.all_gather(parts, R.contiguous())
-            total = self.weight_sum.clone()
-            dist.all_reduce(total)
-            self.weight_sum = total
-            self.R = None
-            for part in parts:
-                self._stack(part)
-            R = self.R
+            dist.all_reduce(self.weight_sum)
         if self.model.l2 > 0:
             # sqrt(l2 S) rows on the penalized weights: (l2/2)||W||^2 after dividing by 2S.
             # The design's columns [x, 1] are the flat order of .derivatives (one output).
             mask = penalty_mask(self.model, dtype=self.dtype, device=R.device)
             rows = torch.diag(mask * (self.model.l2 * self.weight_sum).sqrt())
             rows = torch.cat([rows, torch.zeros(p, 1, dtype=self.dtype, device=R.device)], 1)
-            self._stack(rows[mask > 0])
-            R = self.R
+            self.triangle.add(rows[mask > 0])
+            R = self.triangle.R
         R11, qtb = R[:p, :p], R[:p, p]
-        c = R11.norm(dim=0)
-        c = torch.where(c > 0, c, torch.ones_like(c))
-        U, sv, Vh = torch.linalg.svd(R11 / c)
-        keep = sv > max(p, 10) * torch.finfo(self.dtype).eps * sv[0]
+        c, U, sv, Vh, keep = equilibrated_svd(R11)
         self.rank = int(keep.sum())
         z = Vh.T @ (torch.where(keep, 1.0 / sv, torch.zeros_like(sv)) * (U.T @ qtb))
         theta = z / c

@@ -308,7 +308,12 @@ def check_offset(offset: torch.Tensor | None, n: int) -> None:
         _check_per_sample("offset", offset, n)
 
 
-def check_magnitude(name: str, t: torch.Tensor, extremes: tuple[float, float] | None = None) -> None:
+def check_magnitude(
+    name: str,
+    t: torch.Tensor,
+    extremes: tuple[float, float] | None = None,
+    remedy: str = "rescale the data",
+) -> None:
     """Check that sums of squares of ``t`` cannot overflow its dtype.
 
     A fit forms ``sum_i x_ij x_ik`` (Hessian, Gram matrix) and ``sum_i y_i^2``
@@ -318,7 +323,7 @@ def check_magnitude(name: str, t: torch.Tensor, extremes: tuple[float, float] | 
     converged), so the values must be rescaled.
 
     ``extremes``: ``t``'s smallest and largest value when already known
-    (:func:`check_finite` returns them).
+    (:func:`check_finite` returns them); ``remedy``: what the message tells the user to do.
 
     Raises:
         InputError: naming the largest magnitude and the bound.
@@ -337,7 +342,7 @@ def check_magnitude(name: str, t: torch.Tensor, extremes: tuple[float, float] | 
         raise fail(
             name,
             f"|values| <= sqrt(finfo({str(t.dtype).replace('torch.', '')}).max / n_samples) = {bound:.3g} "
-            "so that sums of squares cannot overflow (rescale the data)",
+            f"so that sums of squares cannot overflow ({remedy})",
             f"max |{name}| = {largest:.3g}",
         )
 

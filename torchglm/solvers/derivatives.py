@@ -399,10 +399,20 @@ class PassSums:
             sums.append(self.diag)
         all_reduce_sum(*sums)
         S = self.weight_sum
-        self.n_invalid = int(self.counts[0]) + (0 if bool(torch.isfinite(self.loss_sum)) else 1)
-        self.n_saturated = int(self.counts[1])
-        self.n_samples = int(self.counts[2])
-        self.n_offset = int(self.counts[3])
+        # A finite loss with an overflowed gradient or Hessian (huge features, exp(eta)
+        # times x^2) is no usable point either: counted as one invalid sample, so a trial
+        # there is rejected like one outside the link's domain. One host read per pass.
+        finite = torch.isfinite(self.loss_sum) & torch.isfinite(self.grad).all()
+        for t in (self.hess, self.diag):
+            if t is not None:
+                finite = finite & torch.isfinite(t).all()
+        invalid, saturated, n, n_offset, overflow = torch.cat(
+            [self.counts, (~finite).to(self.counts.dtype).reshape(1)]
+        ).tolist()
+        self.n_invalid = int(invalid) + int(overflow)
+        self.n_saturated = int(saturated)
+        self.n_samples = int(n)
+        self.n_offset = int(n_offset)
         w, pen = self.theta * self.mask, self.penalty
         self.loss = self.loss_sum / S + pen.value(w)
         self.grad = self.grad / S + pen.grad(w)

@@ -54,16 +54,19 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
             ``D H D`` is singular to working precision).
 
     Returns:
-        ``(delta, note, flat, rcond)``: the step; ``None`` or a short description of
-        the fallback that was needed ("singular", "indefinite"); the norm of the
-        equilibrated gradient ``D g`` along the directions dropped as singular (0 when
-        none were). Where ``flat`` is above the gradient's rounding (about ``eps``
-        in these units), the objective still changes along directions whose
-        curvature is lost in rounding: its optimum there is not determined in this
-        dtype (nearly collinear columns, ``cond(X) ~ 1/sqrt(eps)``); exactly
-        collinear columns give ``flat`` at rounding level; and ``rcond``, the
-        reciprocal condition estimate of ``D H D`` (squared Cholesky pivot ratio, or
-        the ratio of the smallest kept to the largest eigenvalue).
+        ``(delta, note, flat, rcond, hidden)``: the step; ``None`` or a short
+        description of the fallback that was needed ("singular", "indefinite"); the
+        norm of the equilibrated gradient ``D g`` along the directions dropped as
+        singular (0 when none were); ``rcond``, the reciprocal condition estimate of
+        ``D H D`` (squared Cholesky pivot ratio, or the ratio of the smallest kept to
+        the largest eigenvalue); and ``hidden = flat^2 / (2 r)``, the least decrease
+        of the quadratic model along the dropped directions (their curvature is at
+        most the cutoff ``r``; ``delta^T H delta`` is the same in equilibrated units).
+        Where ``hidden`` exceeds the tolerance on ``E``, the objective still changes
+        by more than that along directions whose curvature is lost in rounding: its
+        optimum there is not determined in this dtype (nearly collinear columns,
+        ``cond(X) ~ 1/sqrt(eps)``); exactly collinear columns give ``flat`` at the
+        gradient's rounding and ``hidden`` far below any tolerance.
     """
     p = g.numel()
     eps = torch.finfo(H.dtype).eps
@@ -78,7 +81,7 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
         # a tiny value means D H D is singular to working precision.
         rcond = float((piv.min() / piv.max()) ** 2)
         if rcond > rtol:
-            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond
+            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond, 0.0
     evals, evecs = torch.linalg.eigh(Hs)
     scale = evals.abs().max()
     keep = evals.abs() > rtol * scale
@@ -94,8 +97,10 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     if n_neg:
         notes.append(f"indefinite ({n_neg} negative eigenvalues; their signs flipped)")
     flat = float((evecs[:, ~keep].T @ gs).norm()) if n_drop else 0.0
+    cutoff = float(rtol * scale)
+    hidden = flat * flat / (2 * cutoff) if flat and cutoff > 0 else (math.inf if flat else 0.0)
     rcond = float(evals.abs()[keep].min() / scale) if bool(keep.any()) else 0.0
-    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond
+    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond, hidden
 
 
 def shift_null_projector(

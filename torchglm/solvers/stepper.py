@@ -509,10 +509,12 @@ class StepFitter(Fitter):
             c = torch.zeros_like(self.N_count).index_add(0, self.N_col, h) / self.N_count
             A = A + self.N * c[self.N_col].unsqueeze(1)
         self.cg_direction = False
-        delta, note, flat, self.rcond = newton_direction(A, s.grad)
-        # Directions singular to working precision with the gradient not at its
-        # rounding along them: the decrement cannot certify the optimum there.
-        self.flat_gradient = flat if flat > 1e3 * torch.finfo(self.dtype).eps else 0.0
+        delta, note, flat, self.rcond, hidden = newton_direction(A, s.grad)
+        # Directions singular to working precision along which the quadratic model
+        # still allows a decrease above the tolerance: the decrement cannot certify the
+        # optimum there (a gradient 2e-13 along a direction of curvature below the cutoff
+        # 4e-15 left E 4e-10 above the optimum when judged only against 1e3 eps).
+        self.flat_gradient = flat if hidden > self.tol * max(1.0, abs(float(s.loss))) else 0.0
         self.solve_exact = not self.flat_gradient
         if note is not None:
             self._note(f"Hessian {note}")
@@ -576,6 +578,14 @@ class StepFitter(Fitter):
             if self.redirect():
                 return None
             return self._begin_finish("line search stalled below the rounding of E")
+        if stalled and self.cg_direction and self.finish_curvature == "full":
+            # A CG direction's predicted decrease bounds nothing along a nearly flat
+            # direction that CG missed (columns equal up to 1e-8: Newton-CG claimed
+            # working precision 5.7e-9 above the optimum): decide with the exact Hessian
+            # at the accepted point, whose decrement either certifies it, steps on, or
+            # finds the optimum not determined in this dtype.
+            self.verify_full = True
+            return self._reevaluate()
         if stalled:
             # The predicted decrease is below the rounding of E: no step can be verified
             # (at once for Newton-type steps, whose full step predicts it; first-order
@@ -621,7 +631,8 @@ class StepFitter(Fitter):
         if self.restarted or not model.has_intercept or model.family.multi_output:
             return self._finish(
                 False,
-                "the starting point gives eta outside the link's domain or a non-finite loss",
+                "the starting point gives eta outside the link's domain, or a loss or derivatives "
+                "that are not finite in this dtype (rescale the features)",
                 warn=True,
             )
         self.restarted = True

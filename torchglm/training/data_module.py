@@ -21,6 +21,7 @@ import torch
 from .._validation import (
     check_classes,
     check_finite,
+    check_magnitude,
     check_positive,
     check_weight,
     fail,
@@ -236,6 +237,9 @@ class GLMDataModule(pl.LightningDataModule):
         mean, scale = standardization(x[parts["train"]], self.standardize)
         self.feature_mean, self.feature_scale = mean, scale
         z = standardize(x, mean, scale, self.dtype)
+        # Sums of squares of the design (Hessian, Gram matrix) must not overflow the
+        # working dtype: checked here, before any solver sees an infinite Hessian.
+        check_magnitude("X", z, remedy="standardize the features (data.standardize: true) or rescale them")
         self._splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
         self._extras = {
             k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))

@@ -5,6 +5,7 @@ scikit-learn, all measured in one run.
     python bench/gpu.py                       # CUDA if present, else the CPU
     python bench/gpu.py --quick               # small sizes (a CPU smoke test: seconds)
     python bench/gpu.py --device cpu --quick --threads 1 --out /tmp/gpu.json
+    python bench/gpu.py --sections crossover  # one section (bench/results/gpu[_cpu]_crossover.json)
 
 Sections of the JSON (every number; times are synchronized wall seconds, best of
 ``--repeats`` after a warm-up unless stated):
@@ -47,6 +48,15 @@ Sections of the JSON (every number; times are synchronized wall seconds, best of
   ``C = 1 / (l2 n)``): time, iterations, converged, the objective of every fit
   evaluated here in float64, its relative difference to scikit-learn's best, and
   time ratios.
+
+* ``crossover``: where ``auto`` should switch from exact Newton to L-BFGS on this
+  device. Logistic regression (float64 data on the device) at growing width ``d``:
+  ``fit(solver="newton")`` (in float32 with the float64 polish where ``auto`` would be,
+  ``n d~^2 >= AUTO_FLOAT32_MIN_FLOPS``) against ``fit(solver="lbfgs")`` (its Newton-CG
+  or exact finish included), best of ``--repeats``; per width the faster one, what
+  ``choose_solver`` picks (Newton up to ``NEWTON_MAX_COST``, the same on every device:
+  on one H200 Newton took 1.4x L-BFGS's time at cost 257, docs/solvers.md), whether
+  that was the faster, and both objectives: the data for moving that bound per device.
 
 Writes ``bench/results/gpu.json`` on CUDA and ``bench/results/gpu_cpu.json`` on the
 CPU (``--out`` to change), and prints a table. Exits 0 (also when ``--device
@@ -95,6 +105,7 @@ def sizes(device: torch.device, quick: bool) -> dict:
             sgd_n=16 * SGD_BATCH,
             sgd_epochs=3,
             fit=(20_000, 20),
+            crossover=(5_000, [16, 64, 256]),
         )
     if device.type == "cuda":
         return dict(
@@ -103,6 +114,7 @@ def sizes(device: torch.device, quick: bool) -> dict:
             sgd_n=1024 * SGD_BATCH,
             sgd_epochs=4,
             fit=(1_000_000, 100),
+            crossover=(1_000_000, [64, 128, 256, 512, 1024]),
         )
     return dict(
         matmul=2048,
@@ -110,6 +122,7 @@ def sizes(device: torch.device, quick: bool) -> dict:
         sgd_n=128 * SGD_BATCH,
         sgd_epochs=4,
         fit=(200_000, 100),
+        crossover=(50_000, [32, 64, 128, 256, 512]),
     )
 
 
@@ -513,6 +526,41 @@ def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
     return out
 
 
+# -- 5. auto's crossover ------------------------------------------------------------
+def crossover(n: int, widths: list[int], device: torch.device, repeats: int) -> dict:
+    from torchglm.solvers import choose_solver
+    from torchglm.solvers.api import AUTO_FLOAT32_MIN_FLOPS
+    from torchglm.solvers.stepper import NEWTON_MAX_COST
+
+    rows = []
+    for d in widths:
+        x, y = gpu_passes.problem("logit", n, d, None, torch.float64, device)
+        choice = choose_solver(gpu_passes._glm("logit", d, None, torch.float64, device))
+        row = {"d": d, "hessian_cost": d + 1, "auto_picks": choice}
+        for solver in ("newton", "lbfgs"):
+            options = {}
+            if solver == "newton" and n * (d + 1) ** 2 >= AUTO_FLOAT32_MIN_FLOPS:
+                options["dtype"] = torch.float32  # as auto runs Newton (then the float64 polish)
+            warm = min(n, 2_000)
+            gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL, **options)
+            best = None
+            for _ in range(repeats):
+                r, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL, **options)
+                if best is None or r["time_s"] < best[0]["time_s"]:
+                    best = (r, model)
+            r, model = best
+            row[f"{solver}_s"] = r["time_s"]
+            row[f"{solver}_converged"] = r["converged"]
+            row[f"{solver}_dtype"] = str(options.get("dtype", torch.float64)).replace("torch.", "")
+            row[f"{solver}_objective"] = logistic_objective(x, y, model.coef, model.intercept)
+        del x, y
+        row["faster"] = "newton" if row["newton_s"] <= row["lbfgs_s"] else "lbfgs"
+        row["newton_to_lbfgs"] = row["newton_s"] / row["lbfgs_s"]
+        row["auto_picked_the_faster"] = choice == row["faster"]
+        rows.append(row)
+    return {"n": n, "newton_max_cost": NEWTON_MAX_COST, "device": device.type, "rows": rows}
+
+
 def _blas_threads():
     try:
         from threadpoolctl import threadpool_info
@@ -530,12 +578,15 @@ def print_report(report: dict) -> None:
     print("\nmatmul (torch.mm, TFLOP/s):")
     for name, r in report["matmul"].items():
         print(f"  {name:<16} n={r['size']:<6} {r['tflops']:>9.3f}")
+
+
+def print_passes(passes: dict) -> None:
     print("\npasses (full Hessian):")
     print(
         f"  {'problem':<36}{'pass s':>10}{'ref s':>10}{'pass/ref':>9}{'TFLOP/s':>9}"
         f"{'of mm':>8}{'ref of mm':>10}{'max rel diff':>14}"
     )
-    for key, r in report["passes"].items():
+    for key, r in passes.items():
         print(
             f"  {key:<36}{r['pass[full]_s']:>10.5f}{r['reference_full_s']:>10.5f}"
             f"{r['ratio_full_to_reference']:>9.2f}{r['full_pass_tflops']:>9.3f}"
@@ -549,7 +600,9 @@ def print_report(report: dict) -> None:
                     f"{r[f'pass[full,{p}]_s'] / r['reference_full_s']:>9.2f}{'':>27}"
                     f"{r[f'max_rel_diff_full_{p}_to_reference']:>14.2e}"
                 )
-    s = report["sgd"]
+
+
+def print_sgd(s: dict) -> None:
     print(
         f"\nSGD (n={s['n_train']}, d={s['d']}, batch {s['batch']}, lr {s['lr']}; ratio to {s['baseline']}):"
     )
@@ -562,7 +615,9 @@ def print_report(report: dict) -> None:
                 f"  {name:<36}{r['samples_per_s']:>14,.0f}{r['ratio_to_baseline']:>8.2f}"
                 f"{r['epoch_s']:>10.4f}{r['loss_after']:>12.5f}"
             )
-    f = report["fits"]
+
+
+def print_fits(f: dict) -> None:
     print(
         f"\nfits (logistic n={f['n']} d={f['d']}, l2={f['l2']}, float64; torchglm on {f['torchglm_device']}):"
     )
@@ -576,6 +631,24 @@ def print_report(report: dict) -> None:
         )
 
 
+def print_crossover(c: dict) -> None:
+    print(
+        f"\ncrossover (logistic n={c['n']}, auto: Newton up to cost {c['newton_max_cost']} on {c['device']}):"
+    )
+    print(
+        f"  {'d':>6}{'cost':>6}{'newton s':>10}{'lbfgs s':>10}{'ratio':>8}{'faster':>8}{'auto':>8}{'right':>7}"
+    )
+    for r in c["rows"]:
+        print(
+            f"  {r['d']:>6}{r['hessian_cost']:>6}{r['newton_s']:>10.4f}{r['lbfgs_s']:>10.4f}"
+            f"{r['newton_to_lbfgs']:>8.2f}{r['faster']:>8}{r['auto_picks']:>8}{r['auto_picked_the_faster']!s:>7}"
+        )
+
+
+SECTIONS = ("passes", "sgd", "fits", "crossover")  # after machine and matmul, always measured
+PRINTERS = {"passes": print_passes, "sgd": print_sgd, "fits": print_fits, "crossover": print_crossover}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -586,6 +659,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3, help="timed runs per measurement (best reported)")
     ap.add_argument("--threads", type=int, default=None, help="torch and BLAS (threadpoolctl) threads")
     ap.add_argument("--out", default=None, help="results JSON (default bench/results/gpu[_cpu].json)")
+    ap.add_argument(
+        "--sections",
+        nargs="+",
+        choices=SECTIONS,
+        default=list(SECTIONS),
+        help="what to measure (default all)",
+    )
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("bench/gpu.py: --device cuda but no CUDA device on this machine; nothing measured.")
@@ -596,7 +676,10 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
         threadpool_limits(args.threads)
-    out_path = Path(args.out or RESULTS / ("gpu.json" if device.type == "cuda" else "gpu_cpu.json"))
+    stem = "gpu" if device.type == "cuda" else "gpu_cpu"
+    if list(args.sections) != list(SECTIONS):  # a partial run does not overwrite the whole one
+        stem += "_" + "+".join(args.sections)
+    out_path = Path(args.out or RESULTS / f"{stem}.json")
     import pytorch_lightning  # noqa: F401  (imported first: it sets its loggers' level on import)
 
     warnings.filterwarnings("ignore", module="pytorch_lightning")
@@ -612,10 +695,19 @@ def main(argv: list[str] | None = None) -> int:
     if device.type == "cuda":
         rates["float32 (TF32)"] = matmul_rate(torch.float32, cfg["matmul"], device, args.repeats, tf32=True)
     report["matmul"] = rates
-    report["passes"] = passes(cfg["passes"], device, args.repeats, rates)
-    report["sgd"] = sgd(cfg["sgd_n"], cfg["sgd_epochs"], device)
-    report["fits"] = fits(*cfg["fit"], device, args.repeats)
+    run = {
+        "passes": lambda: passes(cfg["passes"], device, args.repeats, rates),
+        "sgd": lambda: sgd(cfg["sgd_n"], cfg["sgd_epochs"], device),
+        "fits": lambda: fits(*cfg["fit"], device, args.repeats),
+        "crossover": lambda: crossover(*cfg["crossover"], device, args.repeats),
+    }
+    for name in SECTIONS:
+        if name in args.sections:
+            report[name] = run[name]()
     print_report(report)
+    for name in SECTIONS:
+        if name in report:
+            PRINTERS[name](report[name])
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nwrote {out_path}")

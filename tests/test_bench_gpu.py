@@ -33,7 +33,7 @@ def report(tmp_path_factory):
 
 
 def test_sections_and_machine(report):
-    assert {"machine", "matmul", "passes", "sgd", "fits"} <= set(report)
+    assert {"machine", "matmul", "passes", "sgd", "fits", "crossover"} <= set(report)
     m = report["machine"]
     assert m["device_type"] == "cpu" and m["quick"] is True and m["threads"] == 1
     assert m["device"] and m["torch"] and "--quick" in m["command"]
@@ -87,3 +87,18 @@ def test_fits_reach_sklearns_objective(report):
         assert r["converged"], (solver, r["message"])
         assert r["objective"] <= sk + 1e-6 * abs(sk), solver
         assert r["time_s"] > 0 and r["time_ratio_to_sklearn_lbfgs"] > 0
+
+
+def test_crossover_rows(report):
+    """auto's Newton/L-BFGS switch measured at growing width: what choose_solver picks
+    on this device (Newton up to cost 128 on a CPU), both fits at the same optimum."""
+    c = report["crossover"]
+    assert c["device"] == "cpu" and c["newton_max_cost"] == 128
+    assert [r["d"] for r in c["rows"]] == [16, 64, 256]
+    for r in c["rows"]:
+        assert r["auto_picks"] == ("newton" if r["hessian_cost"] <= 128 else "lbfgs")
+        assert r["newton_s"] > 0 and r["lbfgs_s"] > 0
+        assert r["faster"] == ("newton" if r["newton_s"] <= r["lbfgs_s"] else "lbfgs")
+        assert r["auto_picked_the_faster"] == (r["auto_picks"] == r["faster"])
+        assert r["newton_converged"] and r["lbfgs_converged"]
+        assert r["newton_objective"] == pytest.approx(r["lbfgs_objective"], rel=1e-9)

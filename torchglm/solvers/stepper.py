@@ -514,7 +514,11 @@ class StepFitter(Fitter):
         # still allows a decrease above the tolerance: the decrement cannot certify the
         # optimum there (a gradient 2e-13 along a direction of curvature below the cutoff
         # 4e-15 left E 4e-10 above the optimum when judged only against 1e3 eps).
-        self.flat_gradient = flat if hidden > self.tol * max(1.0, abs(float(s.loss))) else 0.0
+        # Below the resolution of E in this dtype no decrease can matter (nor be verified):
+        # float32 rounds the gradient along an exactly null direction to 1e-8, so ``hidden``
+        # reached 1e-11 > tol = 1e-12 on a dummy-variable trap.
+        floor = max(self.tol, 10 * torch.finfo(self.dtype).eps)
+        self.flat_gradient = flat if hidden > floor * max(1.0, abs(float(s.loss))) else 0.0
         self.solve_exact = not self.flat_gradient
         if note is not None:
             self._note(f"Hessian {note}")
@@ -578,14 +582,14 @@ class StepFitter(Fitter):
             if self.redirect():
                 return None
             return self._begin_finish("line search stalled below the rounding of E")
-        if stalled and self.cg_direction and self.finish_curvature == "full":
+        if stalled and self.cg_direction and self.finish_curvature == "full" and not self.finishing:
             # A CG direction's predicted decrease bounds nothing along a nearly flat
             # direction that CG missed (columns equal up to 1e-8: Newton-CG claimed
-            # working precision 5.7e-9 above the optimum): decide with the exact Hessian
-            # at the accepted point, whose decrement either certifies it, steps on, or
-            # finds the optimum not determined in this dtype.
-            self.verify_full = True
-            return self._reevaluate()
+            # working precision 5.7e-9 above the optimum): finish with exact Newton steps
+            # from the accepted point, whose decrement either certifies it, steps on, or
+            # finds the optimum not determined in this dtype. For good: going back to CG
+            # steps after one exact one wandered by an ulp of E until max_iter.
+            return self._begin_finish("Newton-CG line search stalled below the rounding of E")
         if stalled:
             # The predicted decrease is below the rounding of E: no step can be verified
             # (at once for Newton-type steps, whose full step predicts it; first-order

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from autograd_ref import assert_verified_optimum
-from torchglm import ConvergenceWarning, SeparationWarning
+from torchglm import ConvergenceWarning, NumericalWarning, SeparationWarning
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, LogisticRegression, SoftmaxRegression
 from torchglm.data.nist import NIST_LLS
@@ -420,3 +420,26 @@ def test_overflowing_hessian_is_no_usable_point(solver):
         r = run_passes(fitter, TensorBatches(x, y, batch_size=64), 50)
     assert not r.converged and "not finite in this dtype" in r.message
     assert ConvergenceWarning in [w.category for w in caught]
+
+
+def test_a_float32_model_holding_a_rounded_optimum_is_checked():
+    """Newton computes in float64 by default (and a float32 stage ends with the float64
+    polish); the optimum is then rounded to the model's float32 parameters. On a column
+    equal to 2.54 times another up to float32 rounding (a unit conversion), Newton-CG's
+    float64 optimum has coefficients of +-1e6 and, rounded, was 4e-5 above itself while
+    the fit said converged=True. E is now evaluated at the stored parameters: the fit
+    says converged=False with a NumericalWarning; a well-posed fit keeps converged=True
+    with a rounding gap far below tol (and the model keeps its dtype)."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2000, 4, generator=g, dtype=torch.float32)
+    x = torch.cat([x, 2.54 * x[:, :1]], 1)  # float32 data
+    y = (torch.rand(2000, generator=g, dtype=torch.float32) < torch.sigmoid(0.5 * x[:, :4].sum(1))).float()
+    m = LogisticRegression(5, dtype=torch.float32)
+    r, caught = _fit(m, x, y, "newton-cg", polish=False)
+    assert m.coef.dtype == torch.float32 and r.extra["dtype"] == "torch.float64"
+    assert not r.converged and NumericalWarning in caught and "rounded" in r.message
+    assert r.extra["rounding_gap"] > 1e-6
+    m = LogisticRegression(4, dtype=torch.float32)
+    r, caught = _fit(m, x[:, :4], y, "newton")
+    assert r.converged and m.coef.dtype == torch.float32 and NumericalWarning not in caught
+    assert abs(r.extra["rounding_gap"]) < 1e-13

@@ -49,6 +49,9 @@ class FitExtra:
         solver_choice: ``"auto"`` or ``"user"``.
         numerical_warnings: the numerical notes of the fit (name -> count or text).
         cg_iterations: conjugate-gradient iterations per Newton-CG step.
+        rounding_gap: ``E`` at the parameters as stored (the fit's optimum rounded to
+            the model's narrower dtype, e.g. a float32 model fitted in float64) minus
+            ``E`` at that optimum, evaluated in the fit's dtype.
         other: every other entry (e.g. ``n_samples`` of a closed-form fit).
     """
 
@@ -65,6 +68,7 @@ class FitExtra:
     solver_choice: str | None = None
     numerical_warnings: dict | None = None
     cg_iterations: list | None = None
+    rounding_gap: float | None = None
     other: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

@@ -8,11 +8,12 @@ the same fitters from :func:`make_fitter` (one epoch = one pass).
 
 from __future__ import annotations
 
+import copy
 import inspect
 
 import torch
 
-from .._validation import fail, feature_names_of
+from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
 from .derivatives import hessian_cost
@@ -135,7 +136,13 @@ def fit(
         batch_size: rows per batch (``None``: one batch). The iterates do not
             depend on it beyond rounding.
         max_iter: maximum accepted steps (solver default when ``None``).
-        dtype: computation dtype; Newton-type solvers default to float64.
+        dtype: computation dtype; Newton-type solvers default to float64. Where it is
+            wider than the model's parameters (a float32 model under Newton's default,
+            or the float64 polish), the optimum is rounded to them: ``E`` there is
+            evaluated once more (``extra["rounding_gap"]``), and a fit whose rounded
+            optimum is more than ``tol max(1, |E|)`` above the optimum says
+            ``converged=False`` with a :class:`~torchglm.NumericalWarning` (fit a
+            float64 model to keep it).
         polish: after a fit in a lower precision (``dtype=torch.float32``),
             continue in float64 from its result until the float64 stopping rule
             holds (usually one verifying pass). Newton and IRLS reuse the last
@@ -230,10 +237,36 @@ def fit(
         result = stage if result is None else _chain(result, stage)
         if "separation" in result.extra:
             break
+    if stages[-1].itemsize > model.param_dtype.itemsize:
+        _check_rounding(model, result, stages[-1], (xs, ys, ws, os_), stage_options.get("tol"))
     model.mark_fitted()
     model.feature_names = names
     result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
     return result
+
+
+def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: float | None) -> None:
+    """The parameters hold the fit's optimum rounded to their narrower dtype: evaluate
+    ``E`` there in the fit's ``dtype``. On columns equal up to float32 rounding the
+    float64 optimum has coefficients of +-1e6, and rounded to float32 it was 4e-5
+    above itself; such a fit is not converged (nothing silently down-cast)."""
+    if result.extra.get("loss") is None:
+        return
+    tol = inspect.signature(StepFitter.__init__).parameters["tol"].default if tol is None else tol
+    probe = copy.deepcopy(model).to(dtype)
+    with torch.no_grad():
+        rounded = float(probe.objective(*data))
+    best = float(result.extra["loss"])
+    gap = rounded - best
+    result.extra["rounding_gap"] = gap
+    if result.converged and not gap <= tol * max(1.0, abs(best)):
+        result.converged = False
+        result.message += (
+            f"; but the optimum rounded to the model's {str(model.param_dtype).removeprefix('torch.')} "
+            f"parameters is {gap:.3g} above it (tol*max(1,|E|) = {tol * max(1.0, abs(best)):.3g}): "
+            f"fit a model of dtype {dtype} to keep it"
+        )
+        warn(f"{result.solver}: {result.message}", NumericalWarning)
 
 
 def _chain(first: FitResult, second: FitResult) -> FitResult:

@@ -299,8 +299,15 @@ def test_lock_held_by_another_process(tmp_path, capsys):
 
 
 class Slow(pl.Callback):
+    """Holds the run after its first epoch until the file named by $RELEASE exists (at
+    most 120 s): the second run's start-up (importing torch and Lightning, 5-10 s on a
+    loaded 2-core machine) then cannot outlast the first run, which fixed sleeps raced."""
+
     def on_train_epoch_end(self, trainer, pl_module):
-        time.sleep(0.5)
+        release = Path(os.environ["RELEASE"])
+        deadline = time.time() + 120
+        while trainer.current_epoch >= 1 and not release.exists() and time.time() < deadline:
+            time.sleep(0.1)
 
 
 def test_two_concurrent_runs(tmp_path):
@@ -323,7 +330,7 @@ def test_two_concurrent_runs(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
-        env=ENV,
+        env={**ENV, "RELEASE": str(tmp_path / "release")},
         cwd=tmp_path,
     )
     deadline = time.time() + 120
@@ -347,6 +354,7 @@ def test_two_concurrent_runs(tmp_path):
         cwd=tmp_path,
         timeout=300,
     )
+    (tmp_path / "release").touch()
     _, err = first.communicate(timeout=300)
     assert first.returncode == 0, err[-2000:]
     assert second.returncode == 2 and "in use by process" in second.stderr, second.stderr[-2000:]

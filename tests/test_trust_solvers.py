@@ -4,6 +4,7 @@ whatever the scale of the columns, and separation is flagged by every solver.
 Every claimed optimum is verified independently (:func:`autograd_ref.assert_verified_optimum`:
 an exact Newton decrement from autograd at the returned point)."""
 
+import copy
 import warnings
 
 import numpy as np
@@ -443,3 +444,40 @@ def test_a_float32_model_holding_a_rounded_optimum_is_checked():
     r, caught = _fit(m, x[:, :4], y, "newton")
     assert r.converged and m.coef.dtype == torch.float32 and NumericalWarning not in caught
     assert abs(r.extra["rounding_gap"]) < 1e-13
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_float32_dummy_variable_trap_converges(seed):
+    """Every level of a factor one-hot encoded beside the intercept: exactly collinear.
+    In float32 the gradient along the null direction rounds to 1e-8, and compared with
+    tol = 1e-12 (below float32's resolution) the decrease bound flagged it as
+    undetermined; it is floored at 10 eps(float32) now."""
+    g = torch.Generator().manual_seed(seed)
+    cat = torch.randint(0, 4, (3000,), generator=g)
+    xc = torch.randn(3000, 2, generator=g, dtype=torch.float32)
+    x = torch.cat([xc, torch.nn.functional.one_hot(cat, 4).float()], 1)
+    eta = 0.5 * xc.sum(1) + 0.3 * cat.float() - 0.5
+    y = (torch.rand(3000, generator=g, dtype=torch.float32) < torch.sigmoid(eta)).float()
+    counts = torch.poisson(torch.exp(eta), generator=g)
+    for model, t in (
+        (LogisticRegression(6, dtype=torch.float32), y),
+        (GeneralizedLinearModel(6, "poisson", dtype=torch.float32), counts),
+    ):
+        for solver, options in (("lbfgs", {}), ("newton", {"dtype": torch.float32})):
+            m = copy.deepcopy(model)
+            r, caught = _fit(m, x, t, solver, polish=False, **options)
+            assert r.converged and ConvergenceWarning not in caught, (solver, r.message)
+
+
+def test_a_stalled_newton_cg_finishes_with_exact_steps():
+    """Columns equal up to 1e-7 in float32: Newton-CG's line search stalls; it used to
+    verify with one exact step, go back to CG and wander by an ulp of E until max_iter
+    (117 passes). It now finishes with exact Newton steps."""
+    g = torch.Generator().manual_seed(4)
+    z = torch.randn(2000, 5, generator=g, dtype=torch.float64)
+    z = torch.cat([z, z[:, :1] + 1e-7 * torch.randn(2000, 1, generator=g, dtype=torch.float64)], 1)
+    y = (torch.rand(2000, generator=g, dtype=torch.float64) < torch.sigmoid(z[:, :5].sum(1))).double()
+    m = LogisticRegression(6, dtype=torch.float64)
+    r, caught = _fit(m, z, y, "newton-cg", dtype=torch.float32, polish=False)
+    assert r.converged and ConvergenceWarning not in caught and r.extra["passes"] < 50, r.message
+    assert "Newton-CG line search stalled" in r.message

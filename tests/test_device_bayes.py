@@ -13,11 +13,7 @@ from torchglm.bayes import (
     predictive,
     variational_posterior,
 )
-
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
-]
+from devices import DEVICES
 
 
 def _data():

@@ -13,11 +13,8 @@ from torchglm.models import (
     MultinomialNB,
     PoissonNB,
 )
+from devices import DEVICES
 
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
-]
 D, K, N = 4, 3, 300
 
 #: name -> (constructor, kind of features, whether its log-odds are linear)

@@ -26,11 +26,8 @@ from autograd_ref import assert_verified_optimum
 from torchglm.data.batches import TensorBatches
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS, fit
+from devices import DEVICES
 
-DEVICES = [
-    "cpu",
-    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
-]
 MATMULS = {
     "aten::mm",
     "aten::addmm",

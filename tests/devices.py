@@ -1,0 +1,10 @@
+"""The devices the device-parametrized tests run on: the CPU, and CUDA where present
+(skipped otherwise; issue 15)."""
+
+import pytest
+import torch
+
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")),
+]

@@ -481,3 +481,16 @@ def test_a_stalled_newton_cg_finishes_with_exact_steps():
     r, caught = _fit(m, z, y, "newton-cg", dtype=torch.float32, polish=False)
     assert r.converged and ConvergenceWarning not in caught and r.extra["passes"] < 50, r.message
     assert "Newton-CG line search stalled" in r.message
+
+
+def test_the_rounding_check_follows_the_stage_that_ran_last():
+    """Separation ends a float32 fit in its float32 stage (no polish): the rounding check
+    then has nothing wider to compare with (it evaluated float32 data with a float64
+    copy of the model and raised a dtype RuntimeError)."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(200, 2, generator=g, dtype=torch.float32)
+    y = (x[:, 0] > 0).float()
+    m = LogisticRegression(2, dtype=torch.float32)
+    r, caught = _fit(m, x, y, "newton", dtype=torch.float32)
+    assert "separation" in r.extra and SeparationWarning in caught
+    assert r.extra["rounding_gap"] is None and m.coef.dtype == torch.float32

@@ -201,6 +201,7 @@ def fit(
             "verifies: dtype=torch.float32 with polish on)",
             repr(hessian_precision),
         )
+    tol = options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
     result = None
     for dt in stages:
         extra = {}
@@ -219,7 +220,6 @@ def fit(
             # resolution, lambda^2 <= 10 eps(dt) max(1, |E|): its E rounds at eps(dt), so a
             # tighter test there only adds Hessian passes; the polish (gradient passes with
             # this stage's Hessian) then meets the caller's tolerance in float64.
-            tol = stage_options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
             stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
         if dt != stages[-1] and issubclass(cls, StepFitter):
             stage_options["handoff"] = True  # the polish verifies the stage's last step
@@ -237,22 +237,21 @@ def fit(
         result = stage if result is None else _chain(result, stage)
         if "separation" in result.extra:
             break
-    if stages[-1].itemsize > model.param_dtype.itemsize:
-        _check_rounding(model, result, stages[-1], (xs, ys, ws, os_), stage_options.get("tol"))
+    if dt.itemsize > model.param_dtype.itemsize:  # the last stage run (separation ends early)
+        _check_rounding(model, result, dt, (xs, ys, ws, os_), tol)
     model.mark_fitted()
     model.feature_names = names
     result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
     return result
 
 
-def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: float | None) -> None:
+def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:
     """The parameters hold the fit's optimum rounded to their narrower dtype: evaluate
     ``E`` there in the fit's ``dtype``. On columns equal up to float32 rounding the
     float64 optimum has coefficients of +-1e6, and rounded to float32 it was 4e-5
     above itself; such a fit is not converged (nothing silently down-cast)."""
     if result.extra.get("loss") is None:
         return
-    tol = inspect.signature(StepFitter.__init__).parameters["tol"].default if tol is None else tol
     probe = copy.deepcopy(model).to(dtype)
     with torch.no_grad():
         rounded = float(probe.objective(*data))

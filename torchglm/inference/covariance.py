@@ -11,8 +11,8 @@ import torch
 from scipy import stats
 
 from .._validation import warn
-from ..solvers.derivatives import eta_derivatives, flat_parameters, penalty_mask
-from ..solvers.least_squares import Triangle, equilibrated_svd
+from ..solvers.derivatives import eta_derivatives, flat_parameters
+from ..solvers.least_squares import Triangle, equilibrated_svd, penalty_rows
 
 __all__ = ["Identifiability", "identifiability", "identifiability_of_factor", "information_factor"]
 
@@ -99,9 +99,7 @@ def information_factor(model, batches, expected: bool, S: torch.Tensor, dtype) -
     if R is None:
         return None
     if model.l2 > 0:
-        mask = penalty_mask(model, dtype=dtype, device=R.device)
-        rows = torch.diag(mask * (model.l2 * S.to(dtype)).sqrt())
-        triangle.add(rows[mask > 0])
+        triangle.add(penalty_rows(model, S, dtype, R.device))
         R = triangle.R
     return R
 

@@ -29,10 +29,11 @@ import torch
 import torch.distributed as dist
 
 from .._validation import NumericalWarning, fail, warn
-from ..passes import FitResult, Fitter
+from ..distributed import rank_and_world
+from ..passes import FitResult, Fitter, all_reduce_sum
 from .derivatives import PassSums, flat_parameters, penalty_mask, set_flat_parameters
 
-__all__ = ["QRFitter", "Triangle", "equilibrated_svd"]
+__all__ = ["QRFitter", "Triangle", "equilibrated_svd", "penalty_rows"]
 
 
 class Triangle:
@@ -60,14 +61,23 @@ class Triangle:
     def gather(self) -> torch.Tensor | None:
         """The triangle of every process's rows (``torch.distributed``: all-gathered and
         reduced once more, so every process holds the same); this process's otherwise."""
-        R = self.R
-        if R is not None and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            parts = [torch.empty_like(R) for _ in range(dist.get_world_size())]
+        R, world = self.R, rank_and_world()[1]
+        if R is not None and world > 1:
+            parts = [torch.empty_like(R) for _ in range(world)]
             dist.all_gather(parts, R.contiguous())
             self.R = None
             for part in parts:
                 self.add(part)
         return self.R
+
+
+def penalty_rows(model, weight_sum: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
+    """The rows ``sqrt(l2 S) e_j`` on the penalized weights (columns in the flat order
+    ``[W, b]`` of :mod:`.derivatives`): stacked under the rows ``sqrt(s_i) [x_i, 1]``,
+    their Gram matrix gains ``l2 S`` on the weights, the curvature of ``(l2/2)||W||^2``
+    after the data term is divided by ``S``."""
+    mask = penalty_mask(model, dtype=dtype, device=device)
+    return torch.diag(mask * (model.l2 * weight_sum.to(dtype)).sqrt())[mask > 0]
 
 
 def equilibrated_svd(R: torch.Tensor):
@@ -191,15 +201,11 @@ class QRFitter(Fitter):
         if self.triangle.R is None:
             raise fail("data", "at least one batch", "none")
         R = self.triangle.gather()
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            dist.all_reduce(self.weight_sum)
+        all_reduce_sum(self.weight_sum)
         if self.model.l2 > 0:
-            # sqrt(l2 S) rows on the penalized weights: (l2/2)||W||^2 after dividing by 2S.
-            # The design's columns [x, 1] are the flat order of .derivatives (one output).
-            mask = penalty_mask(self.model, dtype=self.dtype, device=R.device)
-            rows = torch.diag(mask * (self.model.l2 * self.weight_sum).sqrt())
-            rows = torch.cat([rows, torch.zeros(p, 1, dtype=self.dtype, device=R.device)], 1)
-            self.triangle.add(rows[mask > 0])
+            # The penalty's rows, with a zero in the target column b of [A, b].
+            rows = penalty_rows(self.model, self.weight_sum, self.dtype, R.device)
+            self.triangle.add(torch.cat([rows, rows.new_zeros(rows.shape[0], 1)], 1))
             R = self.triangle.R
         R11, qtb = R[:p, :p], R[:p, p]
         c, U, sv, Vh, keep = equilibrated_svd(R11)

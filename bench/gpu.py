@@ -450,6 +450,18 @@ def logistic_objective(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor, b: tor
     return float((torch.logaddexp(torch.zeros_like(eta), eta) - y * eta).mean() + 0.5 * L2 * (w @ w))
 
 
+def _fastest_fit(x, y, solver: str, repeats: int, warm: int, **options):
+    """A warm-up fit on the first ``warm`` rows, then the fastest of ``repeats`` logistic
+    fits (``gpu_passes.fit_one``): ``(row, model)``."""
+    gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL, **options)
+    best = None
+    for _ in range(repeats):
+        row, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL, **options)
+        if best is None or row["time_s"] < best[0]["time_s"]:
+            best = (row, model)
+    return best
+
+
 def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
     import numpy as np
 
@@ -461,13 +473,7 @@ def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
     # auto works in float32 here (then the float64 polish): its Hessian products in TF32/bf16
     runs += [("auto", {"hessian_precision": p}) for p in ("tf32", "bf16")]
     for solver, options in runs:
-        gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL, **options)  # warm-up
-        best = None
-        for _ in range(repeats):
-            row, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL, **options)
-            if best is None or row["time_s"] < best[0]["time_s"]:
-                best = (row, model)
-        row, model = best
+        row, model = _fastest_fit(x, y, solver, repeats, warm, **options)
         row["objective"] = logistic_objective(x_cpu, y_cpu, model.coef, model.intercept)
         name = f"torchglm {solver}" + "".join(f" {k}={v}" for k, v in options.items())
         rows[name] = row
@@ -541,14 +547,7 @@ def crossover(n: int, widths: list[int], device: torch.device, repeats: int) -> 
             options = {}
             if solver == "newton" and n * (d + 1) ** 2 >= AUTO_FLOAT32_MIN_FLOPS:
                 options["dtype"] = torch.float32  # as auto runs Newton (then the float64 polish)
-            warm = min(n, 2_000)
-            gpu_passes.fit_one("logit", x[:warm], y[:warm], None, solver, L2, TORCHGLM_TOL, **options)
-            best = None
-            for _ in range(repeats):
-                r, model = gpu_passes.fit_one("logit", x, y, None, solver, L2, TORCHGLM_TOL, **options)
-                if best is None or r["time_s"] < best[0]["time_s"]:
-                    best = (r, model)
-            r, model = best
+            r, model = _fastest_fit(x, y, solver, repeats, min(n, 2_000), **options)
             row[f"{solver}_s"] = r["time_s"]
             row[f"{solver}_converged"] = r["converged"]
             row[f"{solver}_dtype"] = str(options.get("dtype", torch.float64)).replace("torch.", "")

@@ -42,6 +42,7 @@ __all__ = [
     "check_weight",
     "check_offset",
     "check_magnitude",
+    "check_class_weights",
     "check_classes",
     "check_positive",
     "as_tensor",
@@ -347,14 +348,23 @@ def check_magnitude(
         )
 
 
-def check_classes(name: str, y: torch.Tensor, weight: torch.Tensor | None = None) -> None:
-    """Check that class labels hold at least two classes (among rows of positive weight).
+def check_classes(
+    name: str, y: torch.Tensor, weight: torch.Tensor | None = None, n_classes: int | None = None
+) -> None:
+    """Check that class labels hold at least two classes (among rows of positive weight),
+    and, given ``n_classes``, every one of the declared classes.
 
     With one class the unpenalized MLE does not exist (the intercept runs to
-    +-inf); like scikit-learn's classifiers this is an error, not a fit.
+    +-inf); like scikit-learn's classifiers this is an error, not a fit. A declared
+    class without samples is the same for that class: ``sum_i log mu_ik`` is absent
+    from the likelihood, which keeps rising as ``mu_ik -> 0`` for every ``i``, so its
+    intercept runs to -inf (an L2 penalty on the weights does not stop it); the
+    generative classifiers cannot estimate its statistics either
+    (:func:`check_class_weights`).
 
     Raises:
-        InputError: naming the single class present.
+        InputError: naming the single class present, or the first declared class
+            without samples.
     """
     labels = y if weight is None else y[weight > 0]
     if labels.numel() == 0:
@@ -363,6 +373,25 @@ def check_classes(name: str, y: torch.Tensor, weight: torch.Tensor | None = None
     lo, hi = torch.aminmax(labels)
     if bool(lo == hi):
         raise fail(name, "at least two classes", f"a single class {int(lo)}")
+    if n_classes is not None and n_classes > 2:
+        check_class_weights(name, torch.bincount(labels.long(), minlength=n_classes))
+
+
+def check_class_weights(name: str, class_weight: torch.Tensor) -> None:
+    """Check that every declared class has a positive total weight (``class_weight``:
+    shape (K,), the weighted count of each class). The one rule of every classifier:
+    discriminative fits (an infinite intercept) and generative ones (no statistics).
+
+    Raises:
+        InputError: naming the first class without samples.
+    """
+    empty = (class_weight <= 0).nonzero().flatten()
+    if empty.numel():
+        raise fail(
+            name,
+            f"samples (positive total weight) in each of the n_classes={class_weight.numel()} declared classes",
+            f"none in class {int(empty[0])}",
+        )
 
 
 def check_positive(name: str, value: float, allow_zero: bool = False) -> None:

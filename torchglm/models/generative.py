@@ -65,6 +65,7 @@ from ._moments import ClassMoments, SumStatistics, agree_dtype
 from .._validation import (
     InputError,
     as_tensor,
+    check_class_weights,
     check_finite,
     check_same_length,
     check_weight,
@@ -481,13 +482,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         return result
 
     def _check_class_count(self, class_count: torch.Tensor) -> None:
-        empty = (class_count <= 0).nonzero().flatten()
-        if empty.numel():
-            k = int(empty[0])
-            raise InputError(
-                f"y: expected samples (positive total weight) in every class 0..{self.n_classes - 1}, "
-                f"got none in class {k}"
-            )
+        check_class_weights("y", class_count)
 
     def _set_fitted(self, class_count: torch.Tensor) -> None:
         self.class_count.copy_(class_count)

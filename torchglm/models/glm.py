@@ -365,7 +365,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
             y = y.to(x.dtype)
             check_magnitude("y", y)
         if fitting and self.family.is_classifier:
-            check_classes("y", y, weight)
+            check_classes("y", y, weight, self.n_classes if self.family.multi_output else None)
         return x, y
 
     def loss(

@@ -169,7 +169,9 @@ class PassSums:
     finite), and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
     probability numerically 0 or 1: a sign of separation), ``n_samples`` the
-    rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of scalar targets (when asked).
+    rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of
+    the targets (when asked): a scalar, or for the categorical family the weight of
+    each class, shape (K,).
 
     Args:
         model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
@@ -177,7 +179,8 @@ class PassSums:
         curvature: ``None``, ``"full"``, ``"expected"``, ``"diag"`` or ``"hvp"``.
         saturation: per-sample loss below which a sample counts as saturated
             (0 skips the count).
-        y_sum: also sum the (weighted) scalar targets (for an intercept-only start).
+        y_sum: also sum the (weighted) targets (for an intercept-only start; the class
+            weights show a declared class without samples).
         targets_only: sum only the weights, the row counts and the targets, never
             reading the features (the start pass of a fit from ``theta = 0``, which
             only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
@@ -224,8 +227,8 @@ class PassSums:
         self.loss_sum = torch.zeros((), **opts)
         self.weight_sum = torch.zeros((), **opts)
         self.counts = torch.zeros(4, **opts)  # n_invalid, n_saturated, n_samples, n_offset
-        self.y_sum = torch.zeros((), **opts)
-        self.want_y_sum = (y_sum or targets_only) and self.scalar
+        self.want_y_sum = y_sum or targets_only
+        self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
         self.targets_only = targets_only
         if targets_only:
             curvature = self.curvature = None
@@ -278,9 +281,13 @@ class PassSums:
         self.counts[2] += n
         if offset is not None:
             self.counts[3] += n
-        if self.want_y_sum:
+        if self.want_y_sum and self.scalar:
             yt = y.to(self.theta.dtype)
             self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
+        elif self.want_y_sum:
+            # The one-hot targets summed: the weight of each class.
+            w = torch.ones_like(y, dtype=self.theta.dtype) if s is None else s.to(self.theta.dtype)
+            self.y_sum.index_add_(0, y.long(), w)
 
     def _add(self, x, y, offset, s) -> None:
         eta = self.eta(x, offset)

@@ -278,7 +278,7 @@ class GLMDataModule(pl.LightningDataModule):
                     f"labels in the declared classes {{{classes}}}",
                     f"label {int(y[bad][0])}",
                 )
-        check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0])
+        check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0], n_classes)
         self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
         self.task, self.n_classes = "classification", n_classes
 

@@ -121,8 +121,9 @@ def _stored_values(t: torch.Tensor) -> torch.Tensor:
     return t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
 
 
-def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
-    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is.
+def check_finite(name: str, t: torch.Tensor, first_row: int = 0) -> tuple[float, float] | None:
+    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is
+    (``first_row``: the index of ``t``'s first row in the whole data, for a chunk of it).
 
     Returns the smallest and largest (stored) value, or ``None`` for an integer or
     empty tensor: the one reduction that decides finiteness (``aminmax`` propagates
@@ -138,7 +139,11 @@ def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
     if bool(bad.any()):
         n_bad = int(bad.sum())
         n_nan = int(torch.isnan(values).sum())
-        first = tuple(int(i) for i in bad.nonzero()[0]) if values is t else "a stored value"
+        if values is t:
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            first = (first[0] + first_row, *first[1:])
+        else:
+            first = "a stored value"
         raise fail(
             name,
             "finite values (no NaN or inf)",

@@ -9,7 +9,9 @@ checked where the table becomes tensors (:mod:`torchglm.data.module`).
 
 Layouts:
 
-* **CSV**: a header row of column names, then one numeric row per sample.
+* **CSV**: a header row of column names, then one numeric row per sample
+  (UTF-8, a byte-order mark ignored, blank lines skipped; parsed by pandas' C
+  parser, :func:`iter_csv`, the one CSV reader of training and ``torchglm predict``).
   The target is the column named ``target``; every other column is a feature
   unless ``features`` lists the ones to keep.
 * **NPZ**: either an ``X`` array (n, d) plus a 1-D array named ``target``

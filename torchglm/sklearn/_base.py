@@ -24,7 +24,7 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .._validation import check_finite, fail
+from .._validation import check_finite, fail, to_tensor
 
 __all__ = ["TorchEstimator", "check_target_values"]
 
@@ -128,7 +128,7 @@ def check_target_values(y) -> None:
         y = y.detach().cpu().numpy()
     arr = np.asarray(y)
     if arr.dtype.kind == "f":
-        check_finite("y", torch.from_numpy(np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("="))))
+        check_finite("y", to_tensor("y", arr))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

@@ -284,8 +284,7 @@ class GLMDataModule(pl.LightningDataModule):
         if self.task == "regression":
             raise fail("task", "'classification' for a classifier", "'regression' data")
         y_all, weight = self._targets
-        if n_classes is None:
-            check_finite("y", y_all)
+        if n_classes is None:  # setup checked y finite
             n_classes = int(float(y_all.max())) + 1
         if self.n_classes is not None and n_classes != self.n_classes:
             raise fail("n_classes", f"{self.n_classes} (declared for the data)", f"{n_classes} (the model's)")

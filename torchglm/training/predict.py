@@ -260,7 +260,7 @@ def _iter_csv(path: Path, features: list[str], header: bool | None, offset: str 
 
 def _csv_blocks(path, layout, index, d, has_offset, chunk_rows):
     for rows in iter_csv(path, layout, chunk_rows, role="input"):
-        x = rows[:, index]
+        x = np.ascontiguousarray(rows[:, index])  # row-major, as the row-wise reader gave it
         yield (x[:, :d], x[:, d]) if has_offset else (x, None)
 
 

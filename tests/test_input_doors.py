@@ -122,3 +122,17 @@ def test_python_fit_messages_name_the_row():
         _python_fit("poisson", *_rows("poisson", "nan_target"), None)
     with pytest.raises(InputError, match=r"^X: expected finite values .* first at index \(4, 1\)$"):
         _python_fit("poisson", *_rows("poisson", "inf_feature"), None)
+
+
+@pytest.mark.parametrize("door", ["python_fit", "train_py", "sklearn_fit", "sklearn_score"])
+def test_every_door_accepts_fractional_poisson_counts(tmp_path, capsys, door):
+    """Non-integer non-negative Poisson targets (rates) are accepted by model.fit, as by
+    scikit-learn and statsmodels: every door accepts them alike."""
+    x, y = _rows("poisson", "clean")
+    y = y + 0.5
+    if door == "train_py":
+        assert _train_py("poisson", x, y, tmp_path) == 0, capsys.readouterr().err
+    else:
+        {"python_fit": _python_fit, "sklearn_fit": _sklearn_fit, "sklearn_score": _sklearn_score}[door](
+            "poisson", x, y, tmp_path
+        )

@@ -250,7 +250,7 @@ def test_module_argument_errors(kwargs, message):
     [
         ("nan", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(1 NaN, 0 inf\\)"),
         ("inf", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(0 NaN, 1 inf\\)"),
-        ("label_outside", "labels in the declared classes \\{0, 1\\}, got label 2"),
+        ("label_outside", "y: expected labels in \\{0, ..., 1\\}, got label 2"),
         ("single_class", "y \\(train split\\): expected at least two classes, got a single class 1"),
         ("non_integer", "expected integer class labels"),
     ],
@@ -348,21 +348,52 @@ def test_dataloaders_are_slice_batches():
 
 
 def test_a_missing_optional_dependency_is_one_clear_input_error(tmp_path, monkeypatch):
-    """pandas/pyarrow are the ``parquet`` extra: without them the readers say what to
-    install instead of raising ModuleNotFoundError from inside the library."""
+    """pyarrow is the ``parquet`` extra: without it the Parquet reader says what to
+    install instead of raising ModuleNotFoundError from inside the library. (pandas is a
+    core dependency: the one CSV reader of training and predict.)"""
     import sys
 
     from torchglm import InputError
-    from torchglm.data.out_of_core import CSVBatches, ParquetBatches
+    from torchglm.data.out_of_core import ParquetBatches
 
-    path = tmp_path / "t.csv"
-    path.write_text("a,y\n1,0\n2,1\n")
-    for name in ("pandas", "pyarrow", "pyarrow.parquet"):
+    for name in ("pyarrow", "pyarrow.parquet"):
         monkeypatch.setitem(sys.modules, name, None)  # importing it then raises ImportError
-    with pytest.raises(
-        InputError, match=r"CSVBatches: needs the optional dependency 'pandas'.*torchglm\[parquet\]"
-    ):
-        list(CSVBatches(path, target="y"))
     (tmp_path / "t.parquet").write_bytes(b"")
     with pytest.raises(InputError, match=r"ParquetBatches: needs the optional dependency 'pyarrow'"):
         ParquetBatches(tmp_path / "t.parquet", target="y")
+
+
+# -- standardization at extreme magnitudes ------------------------------------------------
+@pytest.mark.parametrize("magnitude", [1e200, 1e-200, 1e160, 1e-160])
+def test_standardization_at_extreme_magnitudes(tmp_path, magnitude):
+    """Columns at 1e200 (squares overflow) or 1e-200 (squares underflow) standardize to
+    the same z as the unscaled columns: zero mean and unit variance on the training
+    split, and the same fit (the scale is max|x| first, then a shifted sum of squares)."""
+    from torchglm.models import LogisticRegression
+
+    x, y = _xy(n=80, d=3)
+    x[:, 2] += 5.0  # a mean far from 0 relative to the spread
+    fits = []
+    for name, scale in (("plain", 1.0), ("scaled", magnitude)):
+        np.savez(tmp_path / f"{name}.npz", X=x * scale, y=y)
+        dm = GLMDataModule(str(tmp_path / f"{name}.npz"), task="classification")
+        dm.setup()
+        z, labels = dm.split("train")
+        torch.testing.assert_close(z.mean(0), torch.zeros(3, dtype=z.dtype), atol=1e-12, rtol=0)
+        torch.testing.assert_close(z.var(0, unbiased=False), torch.ones(3, dtype=z.dtype), atol=1e-12, rtol=0)
+        model = LogisticRegression(3, dtype=torch.float64)
+        assert model.fit(z, labels, solver="newton").converged
+        fits.append((z, model.coef.clone(), model.intercept.clone()))
+    torch.testing.assert_close(fits[1][0], fits[0][0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(fits[1][1], fits[0][1], rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(fits[1][2], fits[0][2], rtol=1e-10, atol=1e-12)
+
+
+def test_unstandardized_underflowing_features_are_refused(tmp_path):
+    """Without standardization, columns at 1e-200 would give a zero Hessian: refused with
+    the remedy, as model.fit refuses them."""
+    x, y = _xy(n=60)
+    np.savez(tmp_path / "tiny.npz", X=x * 1e-200, y=y)
+    dm = GLMDataModule(str(tmp_path / "tiny.npz"), task="classification", standardize=False)
+    with pytest.raises(InputError, match=r"X: expected every nonzero column .* underflow \(standardize"):
+        dm.setup()

@@ -233,7 +233,12 @@ def test_stable_log_inverses_in_the_tails():
         ("gamma", torch.tensor([1.0, 0.0]), "y: expected positive targets"),
         ("exponential", torch.tensor([-2.0]), "y: expected positive targets"),
         ("binomial", torch.tensor([0.5, 1.5]), r"y: expected proportions in \[0, 1\]"),
-        ("gaussian", torch.tensor([0.5, float("nan")]), "y: expected finite targets"),
+        (
+            "gaussian",
+            torch.tensor([0.5, float("nan")]),
+            r"y: expected finite values \(no NaN or inf\), got 1 non-finite entries \(1 NaN, 0 inf\), "
+            r"first at index \(1,\)",
+        ),
         ("gaussian", torch.zeros(3, 2), "y: expected a 1-D tensor"),
     ],
 )

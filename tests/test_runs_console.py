@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from torchglm import InputError
 from torchglm.solvers import SOLVERS
 from torchglm.training.cli import main
 from torchglm.training.entry import MODELS
@@ -242,3 +243,66 @@ def test_warnings_are_one_line_without_library_paths(tmp_path):
     assert proc.stderr.splitlines() == [
         "ConvergenceWarning: stopped by the trainer after 2 passes, before the 'newton' solver's stopping rule held"
     ]
+
+
+def test_predict_streams_in_blocks_with_the_same_output(tmp_path, run_dir, monkeypatch):
+    """Blocks of 7 rows (CSV, plain and structured .npy, NPZ; CSV and NPZ outputs) give
+    the output of one block (same columns and format; values to the last bits, which
+    the matrix product may round differently for another number of rows); a bad row in
+    a later block names its row in the whole input and leaves no output and no
+    temporary file."""
+    import torchglm.training.predict as predict_module
+
+    x = np.random.default_rng(3).normal(size=(50, 2))
+    body = [f"{float(a)!r},{float(b)!r}" for a, b in x]
+    inputs = {"csv": tmp_path / "rows.csv", "npy": tmp_path / "rows.npy"}
+    inputs["csv"].write_text("\n".join(["x0,x1", *body]) + "\n")
+    np.save(inputs["npy"], x)
+    inputs["npy_fields"] = tmp_path / "fields.npy"
+    fields = np.zeros(50, dtype=[("note", "f8"), ("x1", "f8"), ("x0", "f8")])
+    fields["x0"], fields["x1"] = x[:, 0], x[:, 1]
+    np.save(inputs["npy_fields"], fields)
+    inputs["npz"] = tmp_path / "rows.npz"
+    np.savez(inputs["npz"], X=x)
+    for kind, data in inputs.items():
+        for suffix in ("csv", "npz"):
+            outs = []
+            for rows in (10**6, 7):
+                monkeypatch.setattr(predict_module, "CHUNK_ROWS", rows)
+                out = tmp_path / f"{kind}_{rows}.{suffix}"
+                assert _predict(run_dir, data, out) == 0, (kind, suffix)
+                if suffix == "csv":
+                    text = out.read_text().splitlines()
+                    assert text[0] == "p_0,p_1,label" and len(text) == 51
+                    table = np.array([[float(v) for v in line.split(",")] for line in text[1:]])
+                    outs.append({"proba": table[:, :2], "label": table[:, 2]})
+                    assert all(line.split(",")[2] in ("0", "1") for line in text[1:])
+                else:
+                    outs.append(dict(np.load(out)))
+            assert outs[0].keys() == outs[1].keys() == {"proba", "label"}
+            np.testing.assert_array_equal(outs[0]["label"], outs[1]["label"])
+            np.testing.assert_allclose(outs[0]["proba"], outs[1]["proba"], rtol=1e-14, atol=0)
+            assert outs[1]["proba"].shape == (50, 2)
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    body[30] = "1.0,nan"
+    (bad / "in.csv").write_text("\n".join(["x0,x1", *body]) + "\n")
+    monkeypatch.setattr(predict_module, "CHUNK_ROWS", 7)
+    with pytest.raises(InputError, match=r"X: expected finite values .* first at index \(30, 1\)"):
+        predict_module.predict(run_dir / "model.ckpt", bad / "in.csv", bad / "out.csv")
+    assert sorted(p.name for p in bad.iterdir()) == ["in.csv"]
+
+
+def test_a_model_predicts_on_its_own_training_file_with_a_byte_order_mark(tmp_path):
+    """The training reader kept a byte-order mark in the first column name while predict
+    dropped it: the model's first feature was then missing from its own training file."""
+    from torchglm.data import read_table
+    from torchglm.training.predict import read_inputs
+
+    x = np.random.default_rng(0).normal(size=(6, 2))
+    path = tmp_path / "excel.csv"
+    lines = ["\ufeffx0,x1,y"] + [f"{float(a)!r},{float(b)!r},{i % 2}" for i, (a, b) in enumerate(x)]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    table = read_table(path, "y")
+    assert table.feature_names == ["x0", "x1"]
+    np.testing.assert_array_equal(read_inputs(path, table.feature_names)[0], x)

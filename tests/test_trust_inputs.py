@@ -22,6 +22,7 @@ from torchglm.families import FAMILIES, get_family
 from torchglm.inference import fit_glm
 from torchglm.links import LINKS
 from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers import SOLVERS
 from torchglm.solvers.derivatives import eta_derivatives
 
 
@@ -406,3 +407,40 @@ def test_cloglog_nll_is_zero_not_nan_for_y1_at_large_eta(eta):
     fam = get_family("bernoulli", "cloglog")
     nll, d1, d2 = eta_derivatives(fam, torch.tensor([eta]), torch.tensor([1]))
     assert nll.item() == 0 and d1.item() == 0 and d2.item() == 0
+
+
+# -- features whose sums of squares underflow ----------------------------------------------
+@pytest.mark.parametrize("solver", sorted(SOLVERS) + ["auto"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_underflowing_features_are_refused_by_every_solver(solver, dtype):
+    """Features at 1e-200 (1e-25 in float32) square to 0: X^T W X is 0 and every solver
+    stopped at iteration 0 with zero coefficients and converged=True. The one data gate
+    refuses them with the remedy; a zero column alone stays accepted."""
+    x, y = _data(n=80)
+    tiny = 1e-200 if dtype == torch.float64 else 1e-25
+    x = x.to(dtype)
+    model = LogisticRegression(3, dtype=dtype)
+    with pytest.raises(
+        InputError, match=r"X: expected every nonzero column with max \|value\| >= sqrt\(finfo"
+    ):
+        model.fit(x * tiny, y, solver=solver)
+    bad = x.clone()
+    bad[:, 1] *= tiny
+    with pytest.raises(InputError, match=r"first column 1 with max \|X\[:, 1\]\|"):
+        model.fit(bad, y, solver=solver)
+
+
+def test_zero_and_sparse_columns_pass_the_underflow_gate():
+    from torchglm._validation import check_magnitude
+
+    x = torch.randn(20, 3, dtype=torch.float64)
+    x[:, 1] = 0.0
+    check_magnitude("X", x)  # an all-zero column is not an underflow
+    sparse = x.to_sparse_csr()
+    check_magnitude("X", sparse)
+    x[3, 2] = 1e-170  # one tiny entry in a column of order 1: its squares do not vanish
+    check_magnitude("X", x)
+    x[:, 0] *= 1e-170
+    for t in (x, x.to_sparse_csr(), x.to_sparse()):
+        with pytest.raises(InputError, match="first column 0"):
+            check_magnitude("X", t)

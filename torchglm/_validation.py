@@ -44,6 +44,7 @@ __all__ = [
     "check_magnitude",
     "check_class_weights",
     "check_classes",
+    "check_targets",
     "check_positive",
     "as_tensor",
     "to_tensor",
@@ -121,8 +122,9 @@ def _stored_values(t: torch.Tensor) -> torch.Tensor:
     return t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
 
 
-def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
-    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is.
+def check_finite(name: str, t: torch.Tensor, first_row: int = 0) -> tuple[float, float] | None:
+    """Raise if ``t`` holds NaN or +-inf, reporting how many and where the first is
+    (``first_row``: the index of ``t``'s first row in the whole data, for a chunk of it).
 
     Returns the smallest and largest (stored) value, or ``None`` for an integer or
     empty tensor: the one reduction that decides finiteness (``aminmax`` propagates
@@ -138,7 +140,11 @@ def check_finite(name: str, t: torch.Tensor) -> tuple[float, float] | None:
     if bool(bad.any()):
         n_bad = int(bad.sum())
         n_nan = int(torch.isnan(values).sum())
-        first = tuple(int(i) for i in bad.nonzero()[0]) if values is t else "a stored value"
+        if values is t:
+            first = tuple(int(i) for i in bad.nonzero()[0])
+            first = (first[0] + first_row, *first[1:])
+        else:
+            first = "a stored value"
         raise fail(
             name,
             "finite values (no NaN or inf)",
@@ -315,7 +321,7 @@ def check_magnitude(
     extremes: tuple[float, float] | None = None,
     remedy: str = "rescale the data",
 ) -> None:
-    """Check that sums of squares of ``t`` cannot overflow its dtype.
+    """Check that sums of squares of ``t`` can neither overflow nor underflow its dtype.
 
     A fit forms ``sum_i x_ij x_ik`` (Hessian, Gram matrix) and ``sum_i y_i^2``
     (Gaussian NLL, deviance, Pearson X^2): with ``n`` rows every such sum stays
@@ -323,11 +329,20 @@ def check_magnitude(
     would return garbage (an overflowed Hessian, a zero step reported as
     converged), so the values must be rescaled.
 
+    The other side, for a design matrix (2-D ``t``): a column whose largest
+    magnitude is below ``sqrt(finfo.tiny)`` has every ``x_ij^2`` below the smallest
+    normal number, so its Hessian column ``sum_i w_i x_ij x_ik`` is 0 or subnormal
+    (no significant digits): every solver would see a singular curvature and a
+    gradient that is already "small", and stop at the start reporting convergence.
+    An all-zero column is left alone (it carries no information at any scale).
+    (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §2.1 on the
+    normalized range.)
+
     ``extremes``: ``t``'s smallest and largest value when already known
     (:func:`check_finite` returns them); ``remedy``: what the message tells the user to do.
 
     Raises:
-        InputError: naming the largest magnitude and the bound.
+        InputError: naming the largest (or the smallest column's) magnitude and the bound.
     """
     if not t.is_floating_point() or t.numel() == 0:
         return
@@ -337,15 +352,45 @@ def check_magnitude(
             return
         extremes = tuple(float(v) for v in torch.aminmax(values))  # one pass, no |values| copy
     lo, hi = extremes
+    dtype = str(t.dtype).replace("torch.", "")
     bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))
     largest = max(-lo, hi)
     if largest > bound:
         raise fail(
             name,
-            f"|values| <= sqrt(finfo({str(t.dtype).replace('torch.', '')}).max / n_samples) = {bound:.3g} "
+            f"|values| <= sqrt(finfo({dtype}).max / n_samples) = {bound:.3g} "
             f"so that sums of squares cannot overflow ({remedy})",
             f"max |{name}| = {largest:.3g}",
         )
+    if t.dim() != 2:
+        return
+    floor = math.sqrt(torch.finfo(t.dtype).tiny)
+    column_max = _column_max_abs(t)
+    small = (column_max > 0) & (column_max < floor)
+    if bool(small.any()):
+        j = int(small.nonzero()[0, 0])
+        raise fail(
+            name,
+            f"every nonzero column with max |value| >= sqrt(finfo({dtype}).tiny) = {floor:.3g} "
+            f"so that its sums of squares do not underflow ({remedy})",
+            f"{int(small.sum())} such column(s), first column {j} with max |{name}[:, {j}]| = "
+            f"{float(column_max[j]):.3g}",
+        )
+
+
+def _column_max_abs(t: torch.Tensor) -> torch.Tensor:
+    """``max_i |t_ij|`` per column of a dense or sparse (COO/CSR) matrix (0 for a column
+    without stored entries), from per-column extremes: no ``|t|`` copy of a dense matrix."""
+    if t.layout == torch.strided:
+        lo, hi = torch.aminmax(t, dim=0) if t.shape[0] else (t.new_zeros(t.shape[1]),) * 2
+        return torch.maximum(-lo, hi)
+    if t.layout == torch.sparse_coo:
+        t = t.coalesce()
+        columns, values = t.indices()[1], t.values()
+    else:
+        columns, values = t.col_indices(), t.values()
+    out = values.new_zeros(t.shape[1])
+    return out.scatter_reduce(0, columns, values.abs(), reduce="amax")
 
 
 def check_classes(
@@ -392,6 +437,42 @@ def check_class_weights(name: str, class_weight: torch.Tensor) -> None:
             f"samples (positive total weight) in each of the n_classes={class_weight.numel()} declared classes",
             f"none in class {int(empty[0])}",
         )
+
+
+def check_targets(
+    family,
+    y: torch.Tensor,
+    n_classes: int | None = None,
+    weight: torch.Tensor | None = None,
+    *,
+    fitting: bool = True,
+    dtype: torch.dtype | None = None,
+) -> torch.Tensor:
+    """The one target gate, for every door (``model.fit``/``loss``, the data module of
+    ``train.py``, the scikit-learn estimators' ``fit`` and ``score``): ``y`` in the
+    family's support (``family.check_target``: 1-D, finite, labels in
+    ``0..n_classes-1``, non-negative counts, positive Gamma targets, proportions),
+    real targets cast to ``dtype`` small enough for their sums of squares
+    (:func:`check_magnitude`), and with ``fitting`` a classifier's two classes among
+    the rows of positive weight (:func:`check_classes`).
+
+    ``family`` is a :class:`~torchglm.families.Family` (duck-typed: this module sits
+    below the families).
+
+    Returns:
+        ``y`` in the dtype the family's NLL expects (int64 labels, real targets in ``dtype``).
+
+    Raises:
+        InputError: the first rule ``y`` breaks, with the library's one message.
+    """
+    y = family.check_target(y, n_classes)
+    if y.is_floating_point():
+        if dtype is not None:
+            y = y.to(dtype)
+        check_magnitude("y", y)
+    if fitting and family.is_classifier:
+        check_classes("y", y, weight, n_classes if family.multi_output else None)
+    return y
 
 
 def check_positive(name: str, value: float, allow_zero: bool = False) -> None:

@@ -37,7 +37,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._validation import fail
+from ._validation import check_finite, fail
 from .links import Link, get_link
 
 __all__ = [
@@ -240,8 +240,7 @@ def _check_labels(y: torch.Tensor, n_classes: int) -> torch.Tensor:
     if y.dim() != 1:
         raise fail("y", "a 1-D tensor of class labels", f"shape {tuple(y.shape)}")
     if y.is_floating_point():
-        if not bool(torch.isfinite(y).all()):
-            raise fail("y", "finite class labels", "NaN or inf")
+        check_finite("y", y)
         if not bool((y == torch.round(y)).all()):
             raise fail("y", "integer class labels", "non-integer values")
     yl = y.long()
@@ -259,8 +258,7 @@ def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
         raise fail("y", "a 1-D tensor of targets", f"shape {tuple(y.shape)}")
     if not y.is_floating_point():
         y = y.to(torch.get_default_dtype())
-    if not bool(torch.isfinite(y).all()):
-        raise fail("y", "finite targets", "NaN or inf")
+    check_finite("y", y)
     if ok is not None:
         bad = ~ok(y)
         if bool(bad.any()):

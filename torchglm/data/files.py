@@ -9,7 +9,9 @@ checked where the table becomes tensors (:mod:`torchglm.data.module`).
 
 Layouts:
 
-* **CSV**: a header row of column names, then one numeric row per sample.
+* **CSV**: a header row of column names, then one numeric row per sample
+  (UTF-8, a byte-order mark ignored, blank lines skipped; parsed by pandas' C
+  parser, :func:`iter_csv`, the one CSV reader of training and ``torchglm predict``).
   The target is the column named ``target``; every other column is a feature
   unless ``features`` lists the ones to keep.
 * **NPZ**: either an ``X`` array (n, d) plus a 1-D array named ``target``
@@ -21,16 +23,17 @@ Layouts:
 from __future__ import annotations
 
 import csv
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from .._validation import fail
 
-__all__ = ["Table", "read_table", "SUFFIXES"]
+__all__ = ["Table", "read_table", "SUFFIXES", "CSVLayout", "csv_layout", "iter_csv"]
 
 #: File suffixes :func:`read_table` understands.
 SUFFIXES = (".csv", ".npz", ".npy")
@@ -101,31 +104,24 @@ def _numeric(path: Path, name: str, values: np.ndarray) -> np.ndarray:
         raise fail(f"data file '{path}' column '{name}'", "numeric values", f"dtype {values.dtype}") from None
 
 
-def _read_csv(path: Path) -> tuple[list[str], list[np.ndarray]]:
-    try:
-        with path.open(newline="") as fh:
-            rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail("data file", "a readable CSV text file", f"'{path}' ({err})") from None
-    rows = [r for r in rows if r and any(c.strip() for c in r)]
-    if len(rows) < 2:
-        raise fail(
-            "data file", "a CSV header row and at least one data row", f"'{path}' with {len(rows)} rows"
-        )
-    names = [c.strip() for c in rows[0]]
-    width = len(names)
-    for i, row in enumerate(rows[1:], start=2):
-        if len(row) != width:
-            raise fail(f"data file '{path}' line {i}", f"{width} comma-separated fields", len(row))
-    cells = np.array(rows[1:], dtype=object)
-    columns = []
-    for j, name in enumerate(names):
-        try:
-            columns.append(np.array([float(c) for c in cells[:, j]], dtype=np.float64))
-        except ValueError:
-            bad = next(c for c in cells[:, j] if not _is_float(c))
-            raise fail(f"data file '{path}' column '{name}'", "numeric values", repr(bad)) from None
-    return names, columns
+#: rows per chunk when a CSV is read in chunks (:func:`iter_csv`): about 0.5 MB of
+#: float64 per column, large enough that pandas' per-chunk overhead is negligible.
+CHUNK_ROWS = 65536
+
+
+@dataclass
+class CSVLayout:
+    """Where a CSV's data start and how wide its rows are (:func:`csv_layout`).
+
+    Attributes:
+        names: the header's column names (stripped), or ``None`` for a file without one.
+        width: fields per row.
+        skip: raw lines before the first data row (the header and blank lines before it).
+    """
+
+    names: list[str] | None
+    width: int
+    skip: int
 
 
 def _is_float(cell: str) -> bool:
@@ -134,6 +130,155 @@ def _is_float(cell: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _blank(row: list[str]) -> bool:
+    return not row or not any(c.strip() for c in row)
+
+
+def _open_csv(path: Path, role: str):
+    # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first name
+    try:
+        return path.open(newline="", encoding="utf-8-sig")
+    except OSError as err:
+        raise fail(role, "a readable CSV text file", f"'{path}' ({err.strerror})") from None
+
+
+def csv_layout(path: str | Path, header: bool | None = True, role: str = "data file") -> CSVLayout:
+    """The first non-blank row of a CSV: its header (``header=True``), its first data
+    row (``False``), or, for ``None``, a header unless every cell of it is a number.
+
+    Raises:
+        InputError: an unreadable or empty file; duplicate column names.
+    """
+    path = Path(path)
+    try:
+        with _open_csv(path, role) as fh:
+            reader = csv.reader(fh)
+            first = next((r for r in reader if not _blank(r)), None)
+            line = reader.line_num
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise fail(role, "a readable UTF-8 CSV file", f"'{path}' ({type(err).__name__}: {err})") from None
+    if first is None:
+        raise fail(role, "a CSV header row and at least one data row", f"'{path}' (empty)")
+    if header is None:
+        header = not all(_is_float(c) for c in first)
+    if not header:
+        return CSVLayout(None, len(first), line - 1)
+    names = [c.strip() for c in first]
+    if len(set(names)) != len(names):
+        raise fail(f"{role} '{path}'", "unique column names", names)
+    return CSVLayout(names, len(names), line)
+
+
+def iter_csv(
+    path: str | Path,
+    layout: CSVLayout,
+    chunk_rows: int | None = CHUNK_ROWS,
+    role: str = "data file",
+) -> Iterator[np.ndarray]:
+    """The data rows of a CSV as float64 arrays ``(m, layout.width)``, ``chunk_rows``
+    rows at a time (``None``: one array of every row).
+
+    One set of rules for training and prediction: UTF-8 with an optional byte-order
+    mark, blank lines skipped, every row ``layout.width`` fields, every cell a number
+    as Python's ``float`` reads it (``nan``/``inf`` included: finiteness is checked
+    where the rows become tensors). pandas' C parser reads the rows; a chunk it
+    refuses, or that holds a NaN (which may be an empty or ``NA`` cell, which this
+    reader refuses), is read again by the row-wise reader, which names the line and
+    column of the first bad cell.
+
+    Raises:
+        InputError: a row of the wrong width, a cell that is not a number, no data rows.
+    """
+    import pandas as pd
+
+    path = Path(path)
+    frames = _pandas_frames(pd, path, layout, chunk_rows)
+    n_rows = 0
+    while True:
+        try:
+            with warnings.catch_warnings():
+                # a row wider than the header: pandas warns and drops fields; refused here
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                rows = next(frames).to_numpy(dtype=np.float64)
+        except StopIteration:
+            break
+        except (ValueError, UnicodeDecodeError, OSError, pd.errors.ParserWarning):
+            rows = None  # pandas' parser errors are ValueErrors
+        if rows is None or np.isnan(rows).any():
+            # The row-wise reader names the bad line, or returns every row (a "nan"
+            # cell is a number: check_finite reports it where the rows become tensors).
+            rest = _read_rows(path, layout, role)[n_rows:]
+            step = chunk_rows or max(len(rest), 1)
+            for k in range(0, len(rest), step):
+                yield rest[k : k + step]
+            n_rows += len(rest)
+            break
+        if len(rows):
+            n_rows += len(rows)
+            yield rows
+    if n_rows == 0:
+        raise fail(role, "a CSV header row and at least one data row", f"'{path}' (no data rows)")
+
+
+def _pandas_frames(pd, path: Path, layout: CSVLayout, chunk_rows: int | None):
+    """pandas' C parser over the data rows: DataFrames of ``chunk_rows`` rows (or one)."""
+    frames = pd.read_csv(
+        path,
+        header=None,
+        names=list(range(layout.width)),
+        index_col=False,
+        skiprows=layout.skip,
+        dtype=np.float64,
+        encoding="utf-8-sig",
+        engine="c",
+        skip_blank_lines=True,
+        chunksize=chunk_rows,
+    )
+    if chunk_rows is None:
+        yield frames
+    else:
+        with frames:
+            yield from frames
+
+
+def _read_rows(path: Path, layout: CSVLayout, role: str) -> np.ndarray:
+    """Every data row, read row by row with Python's ``csv`` and ``float``: the slow
+    reader that names the first bad line and column."""
+    names = layout.names or [str(j) for j in range(layout.width)]
+    out = []
+    try:
+        with _open_csv(path, role) as fh:
+            reader = csv.reader(fh)
+            for _ in range(layout.skip):
+                next(reader, None)  # a quoted field may span lines: skip by rows of csv
+            for row in reader:
+                if _blank(row):
+                    continue
+                line = reader.line_num
+                if len(row) != layout.width:
+                    raise fail(
+                        f"{role} '{path}' line {line}", f"{layout.width} comma-separated fields", len(row)
+                    )
+                try:
+                    out.append([float(c) for c in row])
+                except ValueError:
+                    j = next(j for j, c in enumerate(row) if not _is_float(c))
+                    raise fail(
+                        f"{role} '{path}' line {line} column '{names[j]}'", "numeric values", repr(row[j])
+                    ) from None
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        raise fail(role, "a readable UTF-8 CSV file", f"'{path}' ({type(err).__name__}: {err})") from None
+    if not out:
+        raise fail(role, "a CSV header row and at least one data row", f"'{path}' (no data rows)")
+    return np.array(out, dtype=np.float64).reshape(len(out), layout.width)
+
+
+def _read_csv(path: Path) -> tuple[list[str], list[np.ndarray]]:
+    layout = csv_layout(path, header=True)
+    rows = next(iter_csv(path, layout, chunk_rows=None))
+    return layout.names, [rows[:, j] for j in range(layout.width)]
 
 
 def _from_columns(

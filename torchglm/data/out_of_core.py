@@ -193,5 +193,6 @@ class CSVBatches(_TableBatches):
             return max(sum(1 for _ in f) - 1, 0)
 
     def _frames(self):
-        pd = optional_import("pandas", "CSVBatches", "parquet")
+        import pandas as pd  # a core dependency (the one CSV reader's)
+
         yield from pd.read_csv(self.path, chunksize=self.batch_size)

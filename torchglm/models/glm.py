@@ -23,12 +23,11 @@ from ._fitted import FittedFlag
 from .._validation import (
     as_data,
     as_tensor,
-    check_classes,
     check_features,
-    check_magnitude,
     check_offset,
     check_positive,
     check_same_length,
+    check_targets,
     check_weight,
     fail,
     to_tensor,
@@ -360,12 +359,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         check_same_length(["X", "y"], x, y)
         check_weight(weight, x.shape[0])
         check_offset(offset, x.shape[0])
-        y = self.family.check_target(y, self.n_classes)
-        if y.is_floating_point():
-            y = y.to(x.dtype)
-            check_magnitude("y", y)
-        if fitting and self.family.is_classifier:
-            check_classes("y", y, weight, self.n_classes if self.family.multi_output else None)
+        y = check_targets(self.family, y, self.n_classes, weight, fitting=fitting, dtype=x.dtype)
         return x, y
 
     def loss(

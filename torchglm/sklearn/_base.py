@@ -7,6 +7,13 @@ Data flow: scikit-learn's ``validate_data`` applies scikit-learn's conventions
 converts it once, with :func:`torchglm._validation.to_tensor`, onto its own
 device. A ``torch.Tensor`` skips scikit-learn's validation (it may live on a GPU)
 and goes to the core model as it is, whose own checks then apply.
+
+Finiteness is the library's one gate (:mod:`torchglm._validation`), not
+scikit-learn's: ``X`` passes ``validate_data`` with ``ensure_all_finite=False`` and
+the core model rejects NaN/inf with the message ``model.fit`` gives, and a numeric
+``y`` is checked (:func:`check_target_values`) before scikit-learn would reject it
+in its own words; ``score`` checks its ``y`` the same way. So a NaN, an inf, a
+negative Poisson count reads the same through every door.
 """
 
 from __future__ import annotations
@@ -17,9 +24,9 @@ from sklearn.base import BaseEstimator
 from sklearn.utils.multiclass import check_classification_targets, type_of_target
 from sklearn.utils.validation import _check_sample_weight, check_is_fitted, validate_data
 
-from .._validation import fail
+from .._validation import check_finite, fail, to_tensor
 
-__all__ = ["TorchEstimator"]
+__all__ = ["TorchEstimator", "check_target_values"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -74,6 +81,7 @@ class TorchEstimator(BaseEstimator):
             reset=reset,
             accept_sparse="csr" if self._accept_sparse else False,
             dtype=[np.float64, np.float32],
+            ensure_all_finite=False,  # the core model's gate: the library's message
         )
 
     def _validate_Xy(self, X, y, y_numeric: bool = False):
@@ -83,11 +91,13 @@ class TorchEstimator(BaseEstimator):
             if y is None:
                 raise ValueError(f"{type(self).__name__} requires y to be passed, but the target y is None")
             y = y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+            check_target_values(y)
             if y.ndim != 1 or y.shape[0] != X.shape[0]:
                 raise fail("y", f"a 1-D array of {X.shape[0]} targets", f"shape {y.shape}")
             return X, y
         if isinstance(y, torch.Tensor):
             y = y.detach().cpu().numpy()
+        check_target_values(y)
         return validate_data(
             self,
             X,
@@ -95,6 +105,7 @@ class TorchEstimator(BaseEstimator):
             accept_sparse="csr" if self._accept_sparse else False,
             dtype=[np.float64, np.float32],
             y_numeric=y_numeric,
+            ensure_all_finite=False,  # the core model's gate: the library's message
         )
 
     def _sample_weight(self, sample_weight, X):
@@ -107,6 +118,17 @@ class TorchEstimator(BaseEstimator):
     def _predict_input(self, X):
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
+
+
+def check_target_values(y) -> None:
+    """A numeric ``y`` (floats: labels of any other type are left to the label
+    encoding) through the library's finiteness check, so NaN/inf targets get the
+    message ``model.fit`` gives (:func:`torchglm._validation.check_finite`)."""
+    if isinstance(y, torch.Tensor):
+        y = y.detach().cpu().numpy()
+    arr = np.asarray(y)
+    if arr.dtype.kind == "f":
+        check_finite("y", to_tensor("y", arr))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -141,6 +163,12 @@ class LabelEncoding:
 
     def _decode(self, index: torch.Tensor) -> np.ndarray:
         return self.classes_[to_numpy(index)]
+
+    def score(self, X, y, sample_weight=None) -> float:
+        """Mean accuracy on ``X, y`` (scikit-learn's), its ``y`` checked as ``fit``'s is
+        (:func:`check_target_values`)."""
+        check_target_values(y)
+        return super().score(X, y, sample_weight)
 
 
 class LogProbaOutputs:

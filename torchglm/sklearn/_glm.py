@@ -26,7 +26,7 @@ from ..families import get_family
 from ..inference import GLMResults, glm_results
 from ..models.glm import GeneralizedLinearModel, SoftmaxRegression
 from ..models.glm import LogisticRegression as _Logistic
-from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, to_numpy
+from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, check_target_values, to_numpy
 
 __all__ = ["GLMClassifier", "GLMRegressor", "LogisticRegression", "ProbitRegression"]
 
@@ -361,15 +361,17 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         score of scikit-learn's GLM regressors; ``R^2`` for the Gaussian family), with
         ``D = sum_i s_i d(y_i, mu_i)`` the family's deviance and ``ybar`` the weighted mean."""
         check_is_fitted(self)
-        mu = self.model_.predict(self._predict_input(X))
-        y = torch.as_tensor(np.asarray(y, dtype=np.float64), dtype=mu.dtype, device=mu.device)
-        s = (
-            torch.ones_like(y)
-            if sample_weight is None
-            else torch.as_tensor(
-                np.asarray(sample_weight, dtype=np.float64), dtype=mu.dtype, device=mu.device
-            )
-        )
+        X = self._predict_input(X)
+        check_target_values(y)
+        if isinstance(y, torch.Tensor):
+            y = y.detach()
+        # the targets through the gate model.fit applies (check_data: the family's
+        # support, finiteness, one message), not scored into a NaN
+        x, y, s, _ = self.model_.as_data(X, y, self._sample_weight(sample_weight, X))
+        x, y = self.model_.check_data(x, y, s, fitting=False)
+        mu = self.model_.predict(x)
+        y = y.to(mu)
+        s = torch.ones_like(y) if s is None else s.to(mu)
         family = self.model_.family
         ybar = (s * y).sum() / s.sum()
         dev = (s * family.unit_deviance(y, mu)).sum()

@@ -23,9 +23,11 @@ from .._validation import (
     check_finite,
     check_magnitude,
     check_positive,
+    check_targets,
     check_weight,
     fail,
 )
+from ..families import Family, get_family
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
 from ..data.files import read_table
@@ -147,6 +149,9 @@ class GLMDataModule(pl.LightningDataModule):
         self.feature_mean: torch.Tensor | None = None
         self.feature_scale: torch.Tensor | None = None
         self._splits: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        # every row's target and weight in file order, for the target gate
+        # (check_targets): its messages then index rows as model.fit's do
+        self._targets: tuple[torch.Tensor, torch.Tensor | None] | None = None
         self._generator = torch.Generator().manual_seed(shuffle_seed)
         self.steps_per_block = 1
         self.resident_device: torch.device | None = None
@@ -245,14 +250,31 @@ class GLMDataModule(pl.LightningDataModule):
             k: tuple(None if t is None else t[idx].to(self.dtype) for t in (weight, offset))
             for k, idx in parts.items()
         }
+        self._targets = (y, weight)
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
             self.check_regression()
 
-    def check_labels(self, n_classes: int | None) -> None:
+    def check_targets(self, family: Family, n_classes: int | None = None) -> None:
+        """The model's target gate on every row: the checks ``model.fit`` applies to the
+        same rows (:func:`~torchglm._validation.check_targets`, one message), then the
+        targets in the model's form (int64 labels, or reals in the features' dtype).
+
+        Raises:
+            InputError: targets outside the family's support (negative Poisson counts,
+                labels outside the model's classes, ...), a task mismatch, or a
+                training split holding a single class.
+        """
+        if family.is_classifier:
+            self.check_labels(n_classes, family)
+        else:
+            self.check_regression(family)
+
+    def check_labels(self, n_classes: int | None, family: Family | None = None) -> None:
         """Check class labels against the declared number of classes and turn them into
-        int64: every label in ``0..n_classes-1`` and at least two classes in training.
+        int64: every label in ``0..n_classes-1`` (``family``'s target check, by default
+        the categorical one) and at least two classes in training.
 
         Raises:
             InputError: non-integer labels, a label outside the declared classes,
@@ -261,36 +283,31 @@ class GLMDataModule(pl.LightningDataModule):
         self._require_setup()
         if self.task == "regression":
             raise fail("task", "'classification' for a classifier", "'regression' data")
-        if n_classes is None:
-            n_classes = int(max(float(y.max()) for _, y in self._splits.values())) + 1
+        y_all, weight = self._targets
+        if n_classes is None:  # setup checked y finite
+            n_classes = int(float(y_all.max())) + 1
         if self.n_classes is not None and n_classes != self.n_classes:
             raise fail("n_classes", f"{self.n_classes} (declared for the data)", f"{n_classes} (the model's)")
-        for split, (_, y) in self._splits.items():
-            if y.is_floating_point() and not bool((y == torch.round(y)).all()):
-                raise fail(f"y ({split} split)", "integer class labels", "non-integer values")
-            bad = (y < 0) | (y >= n_classes)
-            if bool(bad.any()):
-                classes = (
-                    ", ".join(map(str, range(n_classes))) if n_classes <= 4 else f"0, ..., {n_classes - 1}"
-                )
-                raise fail(
-                    f"y ({split} split)",
-                    f"labels in the declared classes {{{classes}}}",
-                    f"label {int(y[bad][0])}",
-                )
+        family = get_family("categorical") if family is None else family
+        check_targets(family, y_all, n_classes, weight, fitting=False)
         check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0], n_classes)
         self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
         self.task, self.n_classes = "classification", n_classes
 
-    def check_regression(self) -> None:
-        """Declare the targets real-valued (float, in the features' dtype).
+    def check_regression(self, family: Family | None = None) -> None:
+        """Declare the targets real-valued (float, in the features' dtype), checked by
+        ``family``'s target gate when given (as ``model.fit`` checks them).
 
         Raises:
-            InputError: the data were declared a classification task.
+            InputError: the data were declared a classification task; targets outside
+                ``family``'s support.
         """
         self._require_setup()
         if self.task == "classification":
             raise fail("task", "'regression' for a regression family", "'classification' data")
+        if family is not None:
+            y_all, weight = self._targets
+            check_targets(family, y_all, None, weight, dtype=self.dtype)
         self._splits = {k: (x, y.to(self.dtype)) for k, (x, y) in self._splits.items()}
         self.task = "regression"
 

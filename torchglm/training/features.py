@@ -20,13 +20,32 @@ __all__ = ["feature_map", "standardization", "standardize"]
 def standardization(x_train: torch.Tensor, enabled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Column means and scales of the training rows, in float64 (``enabled=False``:
     0 and 1). A constant training column carries no information: it is left unscaled
-    (scale 1) instead of divided by zero. ``torch.std`` sums centred squares, never
-    ``E[x^2] - mean^2``."""
+    (scale 1) instead of divided by zero.
+
+    Each column is first divided by its largest magnitude ``m_j = max_i |x_ij|``, so
+    ``u_ij = x_ij / m_j`` lies in ``[-1, 1]``, then the variance is a sum of squares
+    shifted by the mean (``sum_i (u_ij - ubar_j)^2 / n``, never ``E[u^2] - ubar^2``)::
+
+        mean_j = m_j ubar_j,        scale_j = m_j sqrt(mean_i (u_ij - ubar_j)^2)
+
+    exact up to rounding at any magnitude the dtype holds: squaring ``x`` itself
+    overflows beyond ``|x| ~ 1e154`` (every scale ``inf``, every standardized
+    feature 0) and underflows below ``1e-154``. (Chan, Golub & LeVeque, "Algorithms
+    for computing the sample variance", 1983; Higham, *Accuracy and Stability of
+    Numerical Algorithms*, §1.9.) The statistics are those of this process's rows:
+    every process of a distributed fit holds all of them, so nothing is all-reduced
+    (unlike the generative models' :class:`~torchglm.models._moments.ClassMoments`).
+    """
     d = x_train.shape[1]
     if not enabled:
         return torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64)
     x64 = x_train.to(torch.float64)
-    mean, std = x64.mean(0), x64.std(0, unbiased=False)
+    lo, hi = torch.aminmax(x64, dim=0)
+    m = torch.maximum(-lo, hi)
+    m = torch.where(m > 0, m, torch.ones_like(m))
+    u = x64 / m
+    mean_u, std_u = u.mean(0), u.std(0, unbiased=False)
+    mean, std = mean_u * m, std_u * m
     return mean, torch.where(std > 0, std, torch.ones_like(std))
 
 

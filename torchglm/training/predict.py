@@ -14,37 +14,38 @@ a UTF-8 byte-order mark is ignored.
 A model trained with an offset column (``data.offset`` in the config) adds that
 column to eta at prediction too: the input must name it (a CSV header, an NPZ
 array, a structured ``.npy`` field), as the training file did.
+
+Rows stream: a CSV is read ``CHUNK_ROWS`` rows at a time by the training reader
+(:func:`torchglm.data.files.iter_csv`, one set of rules), a ``.npy`` through a
+memory map a slice at a time, and each chunk's predictions are appended to a
+temporary file renamed onto the output at the end, so memory stays flat in the
+number of rows and a failure (a bad row in the millionth line) leaves no output.
+An NPZ input is loaded whole (a zip member cannot be memory-mapped).
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import os
+import shutil
+import zipfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
 
 from .._validation import InputError, check_finite, fail
-from ..data.files import read_table
+from ..data.files import CHUNK_ROWS, csv_layout, iter_csv, read_table
 from .checkpoints import load_checkpoint, model_checkpoint_of
 
-__all__ = ["predict", "predict_main", "read_features", "read_inputs"]
+__all__ = ["predict", "predict_main", "read_features", "read_inputs", "iter_inputs"]
 
 
 def _names(names: list[str], limit: int = 8) -> str:
     shown = ", ".join(names[:limit])
     n = len(names)
     return f"[{shown}{', ...' if n > limit else ''}] ({n} column{'s' if n != 1 else ''})"
-
-
-def _is_number(cell: str) -> bool:
-    try:
-        float(cell)
-    except ValueError:
-        return False
-    return True
 
 
 def read_features(path: str | Path, features: list[str], header: bool | None = None) -> np.ndarray:
@@ -81,15 +82,97 @@ def read_inputs(
         InputError: as :func:`read_features`; and, with ``offset``, a file that does not
             name that column (a missing column, a CSV without a header, a plain ``.npy``).
     """
+    chunks = list(iter_inputs(path, features, offset, header, chunk_rows=None))
+    x = np.concatenate([c[0] for c in chunks])
+    return x, None if offset is None else np.concatenate([c[1] for c in chunks])
+
+
+def iter_inputs(
+    path: str | Path,
+    features: list[str],
+    offset: str | None = None,
+    header: bool | None = None,
+    chunk_rows: int | None = CHUNK_ROWS,
+) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """:func:`read_inputs` ``chunk_rows`` rows at a time (``None``: all at once): the
+    model's feature columns ``(m, d)`` and the offset column ``(m,)`` (or ``None``) of
+    consecutive row blocks, at least one. The layout (header, names, widths) is checked
+    before the first block is read.
+
+    Raises:
+        InputError: as :func:`read_inputs`; a bad row when its block is read.
+    """
     path = Path(path)
     if path.is_dir():
         raise fail("input", "a data file", f"'{path}' (a directory)")
     if not path.is_file():
         raise fail("input", "an existing data file", f"'{path}' (not found)")
     if path.suffix.lower() == ".csv":
-        return _read_csv(path, features, header, offset)
+        return _iter_csv(path, features, header, offset, chunk_rows)
+    if path.suffix.lower() == ".npy":
+        arr = _open_npy(path)
+        if not arr.dtype.names:
+            _check_plain_width(path, arr, features)
+            if offset is not None:
+                raise _missing_offset(path, offset, [])
+            return _npy_blocks(arr, None, features, None, chunk_rows)
+        missing = [n for n in features if n not in arr.dtype.names]
+        if missing or (offset is not None and offset not in arr.dtype.names):
+            # the data reader's message for a missing feature, ours for the offset
+            if not missing:
+                raise _missing_offset(path, offset, list(arr.dtype.names))
+            read_table(path, features=features, require_target=False)
+        return _npy_blocks(arr, path, features, offset, chunk_rows)
     x = _read_array(path, features)
-    return x, None if offset is None else _read_offset_array(path, offset, x.shape[0])
+    o = None if offset is None else _read_offset_array(path, offset, x.shape[0])
+    return _blocks(x, o, chunk_rows)
+
+
+def _blocks(x: np.ndarray, o: np.ndarray | None, chunk_rows: int | None):
+    step = chunk_rows or max(len(x), 1)
+    for k in range(0, max(len(x), 1), step):
+        yield x[k : k + step], None if o is None else o[k : k + step]
+
+
+def _open_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode="r")
+    except (ValueError, OSError, EOFError) as err:
+        raise fail("input", "a readable .npy file", f"'{path}' ({type(err).__name__})") from None
+
+
+def _check_plain_width(path: Path, x: np.ndarray, features: list[str]) -> None:
+    d = len(features)
+    if x.ndim != 2 or x.shape[1] != d:
+        raise fail(
+            "input",
+            f"a 2-D array with the model's {d} feature columns {_names(features)} "
+            "(an unnamed array is matched by position)",
+            f"'{path}' of shape {x.shape}",
+        )
+
+
+def _npy_blocks(arr: np.ndarray, path, features, offset, chunk_rows):
+    """Slices of a memory-mapped ``.npy``: only the block being predicted is read."""
+    n = arr.shape[0]
+    step = chunk_rows or max(n, 1)
+    for k in range(0, max(n, 1), step):
+        block = arr[k : k + step]
+        if not arr.dtype.names:
+            yield np.array(block, dtype=np.float64), None  # a copy of the block: the map stays read-only
+            continue
+        cols = [_numeric_field(path, block, name) for name in features]
+        x = np.stack(cols, axis=1) if cols else np.empty((len(block), 0))
+        yield x, None if offset is None else _numeric_field(path, block, offset)
+
+
+def _numeric_field(path: Path, block: np.ndarray, name: str) -> np.ndarray:
+    try:
+        return np.asarray(block[name], dtype=np.float64)
+    except (ValueError, TypeError):
+        raise fail(
+            f"input '{path}' column '{name}'", "numeric values", f"dtype {block[name].dtype}"
+        ) from None
 
 
 def _missing_offset(path: Path, offset: str, names: list[str] | None) -> InputError:
@@ -139,41 +222,15 @@ def _read_array(path: Path, features: list[str]) -> np.ndarray:
                 "(an unnamed array is matched by position)",
                 f"'{path}' with X of shape {x.shape}",
             )
-    elif path.suffix.lower() == ".npy":
-        try:
-            x = np.load(path, allow_pickle=False, mmap_mode="r")
-        except (ValueError, OSError, EOFError) as err:
-            raise fail("input", "a readable .npy file", f"'{path}' ({type(err).__name__})") from None
-        if not x.dtype.names:
-            if x.ndim != 2 or x.shape[1] != d:
-                raise fail(
-                    "input",
-                    f"a 2-D array with the model's {d} feature columns {_names(features)} "
-                    "(an unnamed array is matched by position)",
-                    f"'{path}' of shape {x.shape}",
-                )
-            return np.asarray(x, dtype=np.float64)
     # Named columns (or an NPZ 'X' of the right width): the data reader selects them.
     return read_table(path, features=features, require_target=False).x
 
 
-def _read_csv(
-    path: Path, features: list[str], header: bool | None, offset: str | None
-) -> tuple[np.ndarray, np.ndarray | None]:
-    try:
-        # utf-8-sig: a byte-order mark (Excel's "CSV UTF-8") is not part of the first name.
-        with path.open(newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
-    except (OSError, UnicodeDecodeError) as err:
-        raise fail("input", "a readable UTF-8 CSV file", f"'{path}' ({type(err).__name__})") from None
-    if not rows:
-        raise fail("input", "a CSV file with data rows", f"'{path}' (empty)")
-    if header is None:
-        header = not all(_is_number(c) for c in rows[0])
+def _iter_csv(path: Path, features: list[str], header: bool | None, offset: str | None, chunk_rows):
+    layout = csv_layout(path, header, role="input")
     d = len(features)
-    if header:
-        names = [c.strip() for c in rows[0]]
-        rows = rows[1:]
+    if layout.names is not None:
+        names = layout.names
         missing = [n for n in features if n not in names]
         if missing:
             raise fail(
@@ -182,41 +239,29 @@ def _read_csv(
                 "to match them by position)",
                 f"'{path}' with columns {_names(names)}, missing {_names(missing)}",
             )
-        if len(set(names)) != len(names):
-            raise fail("input", "unique column names", f"'{path}' with columns {_names(names)}")
         if offset is not None and offset not in names:
             raise _missing_offset(path, offset, names)
         index = [names.index(n) for n in features]
         if offset is not None:
             index.append(names.index(offset))
-        width = len(names)
     else:
         if offset is not None:
             raise _missing_offset(path, offset, None)
-        index, width = list(range(d)), len(rows[0])
-        if width != d:
+        if layout.width != d:
             raise fail(
                 "input",
                 f"the model's {d} feature columns {_names(features)} (a CSV without a "
                 "header is matched by position)",
-                f"'{path}' with {width} columns",
+                f"'{path}' with {layout.width} columns",
             )
-    if not rows:
-        raise fail("input", "at least one data row", f"'{path}' (only a header)")
-    columns = features if offset is None else [*features, offset]
-    x = np.empty((len(rows), len(index)))
-    for i, row in enumerate(rows):
-        line = i + 1 + bool(header)
-        if len(row) != width:
-            raise fail(f"input '{path}' line {line}", f"{width} comma-separated fields", len(row))
-        for j, k in enumerate(index):
-            try:
-                x[i, j] = float(row[k])
-            except ValueError:
-                raise fail(
-                    f"input '{path}' line {line} column '{columns[j]}'", "a number", repr(row[k])
-                ) from None
-    return (x, None) if offset is None else (x[:, :d], x[:, d])
+        index = list(range(d))
+    return _csv_blocks(path, layout, index, d, offset is not None, chunk_rows)
+
+
+def _csv_blocks(path, layout, index, d, has_offset, chunk_rows):
+    for rows in iter_csv(path, layout, chunk_rows, role="input"):
+        x = np.ascontiguousarray(rows[:, index])  # row-major, as the row-wise reader gave it
+        yield (x[:, :d], x[:, d]) if has_offset else (x, None)
 
 
 def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header: bool | None = None) -> Path:
@@ -250,47 +295,128 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
             f"'{ckpt_path}' ({type(err).__name__})",
         ) from None
     task.eval()
-    x_np, offset_np = read_inputs(input, task.feature_names, offset_name, header)
+    out = Path(output)
+    if out.is_dir():
+        raise fail("output", "a file path", f"'{out}' (a directory)")
+    blocks = iter_inputs(input, task.feature_names, offset_name, header, CHUNK_ROWS)
+    # The first block is read (and checked) before anything is created.
+    first = _predict_block(task, *next(blocks), offset_name, 0)
+    writer = (_NpzWriter if out.suffix.lower() == ".npz" else _CsvWriter)(out)
+    try:
+        try:
+            writer.write(first)
+            n_rows = len(next(iter(first.values())))
+            for x_np, offset_np in blocks:
+                block = _predict_block(task, x_np, offset_np, offset_name, n_rows)
+                writer.write(block)
+                n_rows += len(x_np)
+            writer.commit()
+        finally:
+            writer.discard()
+    except OSError as err:
+        raise fail("output", "a writable file path", f"'{out}' ({err.strerror})") from None
+    return out
+
+
+def _predict_block(task, x_np: np.ndarray, offset_np, offset_name, first_row: int) -> dict[str, np.ndarray]:
+    """The output columns for one block of rows: ``p_k`` and ``label`` (classifiers) or
+    ``mean``, checked as in training (``first_row``: the block's first row in the input,
+    for the messages)."""
     x = torch.as_tensor(x_np, dtype=torch.float64)
-    check_finite("X", x)
+    check_finite("X", x, first_row)
     offset = None
     if offset_np is not None:
         offset = torch.as_tensor(offset_np, dtype=torch.float64)
-        check_finite(f"offset column '{offset_name}'", offset)
+        check_finite(f"offset column '{offset_name}'", offset, first_row)
         offset = offset.to(task.data_dtype)  # as the data module casts it for training
     family = task.model.family
     with torch.no_grad():
         eta = task(task.standardize(x), offset)
     mu, label = family.mean(eta), family.predict(eta)
-    if task.model.family.is_classifier:
+    if family.is_classifier:
         proba = mu if mu.dim() == 2 else torch.stack([1 - mu, mu], dim=1)
-        columns = {f"p_{k}": proba[:, k] for k in range(proba.shape[1])} | {"label": label}
-        arrays = {"proba": proba.numpy(), "label": label.numpy()}
-    else:
-        columns = {"mean": mu}
-        arrays = {"mean": mu.numpy()}
-    out = Path(output)
-    if out.is_dir():
-        raise fail("output", "a file path", f"'{out}' (a directory)")
-    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix.lower() == ".npz":
-            with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
-        else:
-            with open(tmp, "w") as fh:
-                fh.write(",".join(columns) + "\n")
-                rows = zip(*(c.tolist() for c in columns.values()))
-                fh.writelines(
-                    ",".join(repr(v) if isinstance(v, float) else str(v) for v in r) + "\n" for r in rows
-                )
-        os.replace(tmp, out)
-    except OSError as err:
-        if tmp.is_file():
-            tmp.unlink()
-        raise fail("output", "a writable file path", f"'{out}' ({err.strerror})") from None
-    return out
+        return {f"p_{k}": proba[:, k].numpy() for k in range(proba.shape[1])} | {"label": label.numpy()}
+    return {"mean": mu.numpy()}
+
+
+class _CsvWriter:
+    """Appends blocks of output columns to a temporary CSV; :meth:`commit` renames it
+    onto the output (atomic on one file system), :meth:`discard` removes what is left."""
+
+    def __init__(self, out: Path):
+        self.out, self.tmp = out, out.with_name(f".{out.name}.tmp-{os.getpid()}")
+        self.fh = None
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        if self.fh is None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = open(self.tmp, "w")
+            self.fh.write(",".join(columns) + "\n")
+        rows = zip(*(c.tolist() for c in columns.values()))
+        self.fh.writelines(
+            ",".join(repr(v) if isinstance(v, float) else str(v) for v in r) + "\n" for r in rows
+        )
+
+    def commit(self) -> None:
+        self.fh.close()
+        os.replace(self.tmp, self.out)
+
+    def discard(self) -> None:
+        if self.fh is not None:
+            self.fh.close()
+        if self.tmp.is_file():
+            self.tmp.unlink()
+
+
+class _NpzWriter(_CsvWriter):
+    """An ``.npz`` of ``proba``/``label`` (or ``mean``) written block by block: each
+    array's raw bytes are appended to a temporary file, and :meth:`commit` writes the
+    zip (stored, as ``np.savez``) with each member's ``.npy`` header for the final row
+    count followed by the bytes copied in pieces."""
+
+    def __init__(self, out: Path):
+        super().__init__(out)
+        self.parts: dict[str, tuple[Path, object, np.dtype, tuple[int, ...]]] = {}
+        self.n_rows = 0
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        arrays = (
+            {
+                "proba": np.stack([columns[k] for k in columns if k.startswith("p_")], axis=1),
+                "label": columns["label"],
+            }
+            if "label" in columns
+            else {"mean": columns["mean"]}
+        )
+        if not self.parts:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            for name, a in arrays.items():
+                path = self.tmp.with_name(f"{self.tmp.name}.{name}")
+                self.parts[name] = (path, open(path, "wb"), a.dtype, a.shape[1:])
+        for name, a in arrays.items():
+            self.parts[name][1].write(np.ascontiguousarray(a).tobytes())
+        self.n_rows += len(next(iter(arrays.values())))
+
+    def commit(self) -> None:
+        with zipfile.ZipFile(self.tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as zf:
+            for name, (path, fh, dtype, rest) in self.parts.items():
+                fh.close()
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(dtype),
+                    "fortran_order": False,
+                    "shape": (self.n_rows, *rest),
+                }
+                with zf.open(f"{name}.npy", "w", force_zip64=True) as member, open(path, "rb") as raw:
+                    np.lib.format.write_array_header_1_0(member, header)
+                    shutil.copyfileobj(raw, member, 1 << 20)
+        os.replace(self.tmp, self.out)
+
+    def discard(self) -> None:
+        for path, fh, _, _ in self.parts.values():
+            fh.close()
+            path.unlink(missing_ok=True)
+        if self.tmp.is_file():
+            self.tmp.unlink()
 
 
 def predict_main(argv: list[str]) -> int:

@@ -275,10 +275,8 @@ class GLMTask(pl.LightningModule):
         self.n_model_features = int(self.phi(x_train[:1]).shape[-1])
         self.data_dtype = x_train.dtype
         model = self.model_factory(self.n_model_features).to(x_train.dtype)
-        if model.family.is_classifier:
-            datamodule.check_labels(model.n_classes)
-        else:
-            datamodule.check_regression()
+        datamodule.check_targets(model.family, model.n_classes)
+        if not model.family.is_classifier:
             for split in ("train", "val", "test"):
                 n = int(datamodule.split(split)[1].shape[0])
                 if n < 2:

@@ -360,3 +360,90 @@ def test_two_concurrent_runs(tmp_path):
     assert second.returncode == 2 and "in use by process" in second.stderr, second.stderr[-2000:]
     assert "max_epochs: 12" in (run / "config.yaml").read_text()
     assert sorted(p.name for p in run.rglob("*.ckpt")) == ["last.ckpt", "model.ckpt"]
+
+
+# -- issue 22 item 4: predict trusts only a fitted, finite model; no unfitted model.ckpt ---------
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("model.linear.weight", float("nan")),
+        ("model.linear.bias", float("inf")),
+        ("feature_scale", float("nan")),
+    ],
+)
+def test_predict_refuses_a_non_finite_model(tmp_path, capsys, finished, key, value):
+    import torch
+
+    ckpt = torch.load(finished / "newton" / "model.ckpt", weights_only=True)
+    ckpt["state_dict"][key].view(-1)[0] = value
+    edited = tmp_path / "edited.ckpt"
+    torch.save(ckpt, edited)
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    out = tmp_path / "o.csv"
+    code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
+    _one_error(
+        capsys,
+        code,
+        f"ckpt_path: expected a model with finite parameters and statistics, got '{edited}' ({key}",
+    )
+    assert not out.exists()
+
+
+def test_a_fit_that_never_trained_saves_an_unfitted_model(tmp_path):
+    """A checkpoint saved before any training step holds the initial weights: its
+    model is not marked fitted (it was, and predicted 0.5 for every row)."""
+    from functools import partial
+
+    import torch
+
+    from torchglm import LogisticRegression
+    from torchglm.training import GLMDataModule, GLMTask
+
+    task = GLMTask(partial(LogisticRegression), optimizer=partial(torch.optim.Adam, lr=0.1))
+    trainer = pl.Trainer(max_epochs=0, logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    trainer.fit(task, datamodule=GLMDataModule("gaussians2", dataset_options={"n_samples": 200}))
+    path = tmp_path / "never_trained.ckpt"
+    trainer.save_checkpoint(path)
+    assert not bool(torch.load(path, weights_only=True)["state_dict"]["model._fitted"])
+    assert not GLMTask.load_from_checkpoint(path, model=partial(LogisticRegression)).model.is_fitted
+
+
+def test_predict_refuses_an_unfitted_model(tmp_path, capsys, finished):
+    import torch
+
+    ckpt = torch.load(finished / "sgd" / "model.ckpt", weights_only=True)
+    ckpt["state_dict"]["model._fitted"] = torch.tensor(False)
+    unfitted = tmp_path / "unfitted.ckpt"
+    torch.save(ckpt, unfitted)
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    out = tmp_path / "o.csv"
+    code = main(["predict", "--ckpt_path", str(unfitted), "--input", str(data), "--output", str(out)])
+    _one_error(capsys, code, "ckpt_path: expected a fitted model")
+    assert not out.exists()
+
+
+def test_a_run_that_never_trained_leaves_no_model_ckpt(tmp_path, capsys):
+    run = tmp_path / "run"
+    code = main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "0"])
+    _one_error(capsys, code, "")
+    assert not run.exists()
+
+
+def test_a_run_that_crashes_after_fitting_leaves_no_model_ckpt(tmp_path, monkeypatch):
+    """model.ckpt is the model metrics.json describes: a run that crashes after the
+    fit (here in trainer.test) keeps last.ckpt for --resume, but no model.ckpt."""
+
+    def crash(*args, **kwargs):
+        raise RuntimeError("crash in test (raised by the test)")
+
+    monkeypatch.setattr(pl.Trainer, "test", crash)
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError, match="raised by the test"):
+        main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "2"])
+    assert (run / "checkpoints" / "last.ckpt").is_file()
+    assert not (run / "model.ckpt").exists() and not (run / "metrics.json").exists()
+    assert not [p.name for p in run.rglob("*.tmp*")]

@@ -88,11 +88,14 @@ def read_table(
         return _from_columns(path, names, columns, target, features, require_target)
     try:
         loaded = np.load(path, allow_pickle=False)
+        if suffix == ".npz":
+            # An NPZ's arrays are read here, one by one: an object array (a pickle,
+            # which could run code) is refused by allow_pickle=False only now.
+            with loaded:
+                arrays = {k: loaded[k] for k in loaded.files}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
         raise fail("data file", f"a readable {suffix} file", f"'{path}' ({err})") from None
     if suffix == ".npz":
-        with loaded:
-            arrays = {k: loaded[k] for k in loaded.files}
         return _from_npz(path, arrays, target, features, require_target)
     return _from_npy(path, loaded, target, features, require_target)
 

@@ -20,9 +20,11 @@ import argparse
 import json
 import logging
 import os
+import pickle
 import re
 import sys
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -232,53 +234,85 @@ def run(cli: GLMCLI) -> dict[str, Any]:
 
 
 def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, Any]:
-    # weights_only=False: the checkpoint was read and checked above (and our own
-    # checkpoints hold the config and fit record); passing it also spares torch's notice.
-    trainer.fit(task, datamodule=dm, ckpt_path=resume, weights_only=False)
+    # weights_only=True: a checkpoint never runs code (the --resume file was read
+    # and checked above; this load refuses pickled objects all the same).
+    with _refusing_pickles(resume, "resume"):
+        trainer.fit(task, datamodule=dm, ckpt_path=resume, weights_only=True)
+    if not task.model.is_fitted:
+        # The trainer ended without training (on_train_end marks the model fitted):
+        # its initial weights are no model to report or predict with.
+        raise fail(
+            "trainer",
+            "a fit that trains the model (max_epochs >= 1)",
+            f"a fit that ended after {trainer.current_epoch} epochs without training it",
+        )
     fit_seconds = task.fit_seconds()
     model_ckpt = run_dir / MODEL_CKPT
-    best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
-    if task.fitter is None and best:
-        # sgd: the epoch with the lowest validation loss is the reported model.
-        if trainer.is_global_zero:
-            os.replace(best, model_ckpt)
+    # The reported model is staged under a hidden name, evaluated from there, and
+    # renamed to model.ckpt only once the run has succeeded (after metrics.json):
+    # a failed or interrupted run leaves no model.ckpt (or the previous run's).
+    staged = run_dir / f".{MODEL_CKPT}.tmp"
+    try:
+        best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
+        if task.fitter is None and best:
+            # sgd: the epoch with the lowest validation loss is the reported model.
+            if trainer.is_global_zero:
+                os.replace(best, staged)
+        else:
+            # Pass-based: the solver's final estimate (its stopping rule, not the epoch
+            # with the best validation loss; the trainer may stop before validating it);
+            # sgd without a monitored best: the last epoch.
+            trainer.save_checkpoint(staged)
         trainer.strategy.barrier("model_ckpt")
-    else:
-        # Pass-based: the solver's final estimate (its stopping rule, not the epoch
-        # with the best validation loss; the trainer may stop before validating it);
-        # sgd without a monitored best: the last epoch.
-        tmp = run_dir / f".{MODEL_CKPT}.tmp-{os.getpid()}"
-        trainer.save_checkpoint(tmp)
+        with _refusing_pickles(staged, "model.ckpt"):
+            val = trainer.validate(
+                task, datamodule=dm, ckpt_path=str(staged), verbose=False, weights_only=True
+            )[0]
+            test = trainer.test(task, datamodule=dm, ckpt_path=str(staged), verbose=False, weights_only=True)[
+                0
+            ]
+        train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")
+        result = task.fit_result
+        metrics = {
+            "run_dir": str(run_dir),
+            "checkpoint": str(model_ckpt),
+            "data": dm.summary(),
+            "fit": {
+                "solver": result.solver,
+                "converged": bool(result.converged),
+                "n_iter": int(result.n_iter),
+                "message": result.message,
+                "epochs": int(trainer.current_epoch),
+                "seconds": round(fit_seconds, 3),
+                "resumed_from": resume,
+            },
+            **{
+                split: _strip(values, split)
+                for split, values in (("train", train), ("val", val), ("test", test))
+            },
+        }
         if trainer.is_global_zero:
-            os.replace(tmp, model_ckpt)
-        trainer.strategy.barrier("model_ckpt")
-    val = trainer.validate(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[
-        0
-    ]
-    test = trainer.test(task, datamodule=dm, ckpt_path=str(model_ckpt), verbose=False, weights_only=False)[0]
-    train = task.evaluate(dm.train_batches(batch_size=dm.eval_batch_size, shuffle=False), "train")
-    result = task.fit_result
-    metrics = {
-        "run_dir": str(run_dir),
-        "checkpoint": str(model_ckpt),
-        "data": dm.summary(),
-        "fit": {
-            "solver": result.solver,
-            "converged": bool(result.converged),
-            "n_iter": int(result.n_iter),
-            "message": result.message,
-            "epochs": int(trainer.current_epoch),
-            "seconds": round(fit_seconds, 3),
-            "resumed_from": resume,
-        },
-        **{
-            split: _strip(values, split) for split, values in (("train", train), ("val", val), ("test", test))
-        },
-    }
-    if trainer.is_global_zero:
-        _log_to_tensorboard(trainer, cli.config, metrics, result)
-        _write_json_atomic(run_dir / "metrics.json", metrics)
+            _log_to_tensorboard(trainer, cli.config, metrics, result)
+            _write_json_atomic(run_dir / "metrics.json", metrics)
+            os.replace(staged, model_ckpt)
+    finally:
+        if trainer.is_global_zero:
+            staged.unlink(missing_ok=True)
     return metrics
+
+
+@contextmanager
+def _refusing_pickles(path, name: str):
+    """Lightning reads ``ckpt_path`` with ``weights_only=True``: a checkpoint holding
+    a pickled object is refused there (``UnpicklingError``), as bad input."""
+    try:
+        yield
+    except pickle.UnpicklingError:
+        raise fail(
+            name,
+            "a checkpoint of tensors and plain data (loading one never runs code)",
+            f"'{path}' (it holds pickled Python objects; refused unread)",
+        ) from None
 
 
 def _log_to_tensorboard(trainer, config, metrics: dict[str, Any], result) -> None:

@@ -26,6 +26,7 @@ An NPZ input is loaded whole (a zip member cannot be memory-mapped).
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import shutil
 import zipfile
@@ -35,11 +36,11 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .._validation import InputError, check_finite, fail
+from .._validation import InputError, NotFittedError, check_finite, fail
 from ..data.files import CHUNK_ROWS, csv_layout, iter_csv, read_table
-from .checkpoints import load_checkpoint, model_checkpoint_of
+from .checkpoints import checkpoint_bytes, model_checkpoint_of, read_checkpoint
 
-__all__ = ["predict", "predict_main", "read_features", "read_inputs", "iter_inputs"]
+__all__ = ["check_trained", "predict", "predict_main", "read_features", "read_inputs", "iter_inputs"]
 
 
 def _names(names: list[str], limit: int = 8) -> str:
@@ -275,25 +276,30 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
     anything else is written as CSV, atomically.
 
     Raises:
-        InputError: an unreadable checkpoint or input, missing or extra unnamed
-            columns, a missing offset column, NaN/inf, an output path that cannot
-            be written.
+        InputError: an unreadable checkpoint or input, a checkpoint that holds
+            pickled objects or names classes loading it would import, an unfitted
+            model or one with non-finite parameters (:func:`check_trained`),
+            missing or extra unnamed columns, a missing offset column, NaN/inf, an
+            output path that cannot be written.
     """
     from .data_module import GLMDataModule  # Lightning, only when predicting
     from .task import GLMTask
 
-    # one clear error for a missing, truncated or foreign file
-    ckpt = load_checkpoint(ckpt_path)
+    # one clear error for a missing, truncated or foreign file, and never running
+    # code: the bytes read once, checked, and loaded (weights_only=True)
+    data = checkpoint_bytes(ckpt_path)
+    ckpt = read_checkpoint(data, ckpt_path)
     # the data module's state names its offset column (checkpoints before it: none)
     offset_name = (ckpt.get(GLMDataModule.__qualname__) or {}).get("offset_column")
     try:
-        task = GLMTask.load_from_checkpoint(ckpt_path, map_location="cpu", weights_only=False)
-    except (TypeError, KeyError, RuntimeError) as err:
+        task = GLMTask.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
+    except (TypeError, KeyError, RuntimeError, ValueError, argparse.ArgumentError) as err:
         raise fail(
             "ckpt_path",
             "a checkpoint written by train.py (its config rebuilds the model)",
             f"'{ckpt_path}' ({type(err).__name__})",
         ) from None
+    check_trained(task, ckpt_path)
     task.eval()
     out = Path(output)
     if out.is_dir():
@@ -417,6 +423,45 @@ class _NpzWriter(_CsvWriter):
             path.unlink(missing_ok=True)
         if self.tmp.is_file():
             self.tmp.unlink()
+
+
+def check_trained(task, ckpt_path: str | Path) -> None:
+    """A loaded model predicts only if it was fitted and its numbers are finite.
+
+    The model's own fitted flag (``check_fitted``, as its ``predict_proba`` checks):
+    a checkpoint of a fit that never trained holds initial weights (a logistic
+    regression of zeros predicts 0.5 for every row). Then every floating-point
+    parameter and buffer of the model, basis and standardization: a NaN (an edited
+    or corrupted file, a diverged fit) or an infinite parameter would be written out
+    as NaN predictions. Only log-probability statistics may be ``-inf`` (a naive
+    Bayes count of zero with ``alpha = 0`` is probability 0).
+
+    Raises:
+        InputError: an unfitted model, or non-finite parameters or statistics.
+    """
+    try:
+        task.model.check_fitted()
+    except NotFittedError:
+        raise fail(
+            "ckpt_path",
+            "a fitted model (the model.ckpt of a finished train.py run)",
+            f"'{ckpt_path}' (a {type(task.model).__name__} that was never fitted)",
+        ) from None
+    parameters = {f"model.{k}" for k, _ in task.model.named_parameters()}
+    for key, value in task.state_dict().items():
+        if not torch.is_tensor(value) or not value.is_floating_point():
+            continue
+        # log-probability statistics (naive Bayes log_theta, log_p, log1m_p) may be -inf
+        log_statistic = (
+            key.startswith("model.") and key not in parameters and key.rpartition(".")[2].startswith("log")
+        )
+        bad = torch.isnan(value) | (value == torch.inf) if log_statistic else ~torch.isfinite(value)
+        if bool(bad.any()):
+            raise fail(
+                "ckpt_path",
+                "a model with finite parameters and statistics",
+                f"'{ckpt_path}' ({key} has {int(bad.sum())} non-finite entries of {value.numel()})",
+            )
 
 
 def predict_main(argv: list[str]) -> int:

@@ -25,12 +25,13 @@ Preprocessing travels with the checkpoint: the training split's standardization
 
 from __future__ import annotations
 
-import dataclasses
+import io
 import time
 import warnings
 from contextlib import nullcontext
 from itertools import islice
-from typing import Any, Callable, Iterable, Literal
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Literal
 
 import pytorch_lightning as pl
 import torch
@@ -45,6 +46,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 from .._validation import ConvergenceWarning, PerformanceWarning, check_positive, fail, warn
 from ..data.batches import Batch, BatchBlock
 from ..solvers.base import FitResult
+from .checkpoints import DTYPES, checkpoint_bytes, plain, read_checkpoint
 from .data_module import GLMDataModule
 from .features import standardize
 from .graphs import BlockGraph, capturable_optimizer, optimizer_key, side_stream
@@ -346,10 +348,12 @@ class GLMTask(pl.LightningModule):
             self.build(self.trainer.datamodule)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        # A checkpoint holds trained weights (the best epoch's is saved before
-        # on_train_end marks the model fitted): loaded, it predicts.
+        # A checkpoint saved after a training step holds trained weights (the best
+        # epoch's is saved before on_train_end marks the model fitted): loaded, it
+        # predicts. One saved before any step (a fit that never trained) holds the
+        # initial weights and stays unfitted: loaded, it refuses to predict.
         flag = checkpoint["state_dict"].get("model._fitted")
-        if flag is not None:
+        if flag is not None and self._trainer is not None and self.trainer.global_step > 0:
             checkpoint["state_dict"]["model._fitted"] = torch.ones_like(flag)
         checkpoint["torchglm"] = {
             "n_features_in": int(self.feature_mean.shape[0]),
@@ -362,11 +366,72 @@ class GLMTask(pl.LightningModule):
             # The pass-based fit's record; the model's parameters hold its last
             # accepted point, from which a resumed fit re-evaluates and goes on
             # along the same iterates (with the solver's own memory, e.g. L-BFGS pairs).
-            checkpoint["torchglm"]["fit_result"] = dataclasses.asdict(self.fitter.result)
+            checkpoint["torchglm"]["fit_result"] = self.fitter.result
             if hasattr(self.fitter, "state_dict"):
                 checkpoint["torchglm"]["fitter_state"] = self.fitter.state_dict()
         else:
             checkpoint["torchglm"]["epoch_history"] = list(self._history)
+        # Plain data only, so that the checkpoint loads with weights_only=True (a
+        # pickled object could run code when loaded): the fit record's dataclasses
+        # become dicts, NumPy numbers Python numbers; hyper-parameters given from
+        # Python (solver_options) likewise.
+        checkpoint["torchglm"] = plain(checkpoint["torchglm"], "torchglm")
+        key = self.CHECKPOINT_HYPER_PARAMS_KEY
+        if key in checkpoint:
+            checkpoint[key] = plain(checkpoint[key], key)
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str | Path | IO[bytes],
+        map_location: Any = None,
+        hparams_file: str | Path | None = None,
+        strict: bool | None = None,
+        weights_only: bool = True,
+        **kwargs: Any,
+    ) -> "GLMTask":
+        """The task of a ``train.py`` checkpoint (or one saved by a ``Trainer``), rebuilt
+        without running code from the file.
+
+        Lightning's ``load_from_checkpoint`` after :func:`~.checkpoints.read_checkpoint`
+        has checked the same bytes: read with ``weights_only=True`` (no pickled
+        objects) and hyper-parameters that name only torchglm's classes or classes
+        already imported (:func:`~.checkpoints.check_hyper_parameters`). Arguments
+        given here (``model=partial(...)`` for a task built from Python objects)
+        replace the saved ones, as in Lightning.
+
+        Args:
+            checkpoint_path: the checkpoint file (or an open binary file).
+            map_location, strict, kwargs: as in Lightning.
+            hparams_file: must be ``None``: the checkpoint's own hyper-parameters are
+                used (a YAML file of them could name any class).
+            weights_only: must be ``True``: a torchglm checkpoint is tensors and plain
+                data, and loading one never unpickles Python objects.
+
+        Raises:
+            InputError: an unreadable file, one that holds pickled objects or names
+                classes loading it would import, or ``weights_only``/``hparams_file``
+                asking for either.
+        """
+        if weights_only is not True:
+            raise fail(
+                "weights_only",
+                "True (a torchglm checkpoint is tensors and plain data; loading one never runs code)",
+                repr(weights_only),
+            )
+        if hparams_file is not None:
+            raise fail(
+                "hparams_file", "None (the checkpoint's own hyper-parameters are used)", repr(hparams_file)
+            )
+        if isinstance(checkpoint_path, (str, Path)):
+            path, data = checkpoint_path, checkpoint_bytes(checkpoint_path, "checkpoint_path")
+        else:
+            path, data = "<file object>", checkpoint_path.read()
+        read_checkpoint(data, path, "checkpoint_path")
+        # The checked bytes, not the file again: what was checked is what is loaded.
+        return super().load_from_checkpoint(
+            io.BytesIO(data), map_location=map_location, strict=strict, weights_only=True, **kwargs
+        )
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if self.solver == "sgd" and self._trainer is not None:
@@ -379,7 +444,7 @@ class GLMTask(pl.LightningModule):
             return
         meta = checkpoint["torchglm"]
         d = meta["n_features_in"]
-        dtype = self.data_dtype = getattr(torch, meta["dtype"])
+        dtype = self.data_dtype = DTYPES[meta["dtype"]]
         self.n_model_features = meta["n_features"]
         self._add_preprocessing(
             torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64), meta["feature_names"]

@@ -127,7 +127,7 @@ def glm_results(
         df_resid=float(est.df_resid),
         scale=float(fs.scale),
         llf=fs.llf,
-        llf_mle=est.llf_mle,
+        llf_mle=fs.llf,
         llnull=fs.llnull,
         deviance=fs.deviance,
         null_deviance=fs.null_deviance,
@@ -193,7 +193,6 @@ class _Estimate(NamedTuple):
     rank: int
     df_model: float
     df_resid: float
-    llf_mle: float  # the log-likelihood at the dispersion's MLE (R's logLik)
 
 
 def _estimate(
@@ -211,9 +210,13 @@ def _estimate(
     rank = ident.rank if fs.J is None else int((~unident).sum())
     df_model = rank - fs.n_constants
     df_resid = fs.nobs - rank
+    # the dispersion's maximum-likelihood estimate where it has a closed form (RSS / n for
+    # the Gaussian, every link; R's logLik): llf is then the maximized likelihood, and AIC
+    # compares fits across links. Else (the Gamma) the Pearson scale, as statsmodels.
+    phi_mle = model.family.mle_dispersion(fs.pearson, fs.nobs) if fs.scale_from_pearson else None
     if fs.scale_from_pearson:
         scale = _pearson_scale(fs.pearson, df_resid)
-        llf_scale = fs.pearson / fs.nobs if fs.concentrated else scale
+        llf_scale = scale if phi_mle is None else phi_mle
         fs = fs._replace(
             scale=scale,
             llf=float(_log_likelihood(model, batches, dtype, llf_scale)),
@@ -221,10 +224,6 @@ def _estimate(
         )
     cov = fs.scale * (J @ ident.inverse @ J.T)
     bse, statistic, pvalues, conf_int = _wald(params, cov, unident, use_t, df_resid, alpha)
-    # R's logLik: the dispersion at its MLE (RSS / n for the Gaussian, every link);
-    # statsmodels' llf uses the Pearson scale except for the Gaussian identity link.
-    phi = model.family.mle_dispersion(fs.pearson, fs.nobs) if fs.scale_from_pearson else None
-    llf_mle = fs.llf if phi is None or fs.concentrated else float(_log_likelihood(model, batches, dtype, phi))
     return _Estimate(
         fs,
         ident,
@@ -239,7 +238,6 @@ def _estimate(
         rank,
         df_model,
         df_resid,
-        llf_mle,
     )
 
 

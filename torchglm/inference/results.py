@@ -39,14 +39,15 @@ class GLMResults:
         df_model: ``rank - 1`` (``rank - (K - 1)`` for softmax); df_resid:
             ``nobs - rank`` (statsmodels).
         scale: dispersion ``phi`` (Pearson ``X^2 / df_resid`` or 1).
-        llf: log-likelihood as statsmodels' ``llf``: for the Gaussian with the
-            identity link at the MLE ``phi = RSS / nobs`` (the concentrated
-            likelihood), otherwise at ``scale`` (the Pearson estimate for the
-            Gaussian's other links and the Gamma). AIC and BIC use it.
-        llf_mle: log-likelihood at the dispersion's maximum-likelihood estimate, as R's
-            ``logLik``: ``phi = RSS / nobs`` for the Gaussian with every link (equal to
-            ``llf`` for the identity link and for families without a dispersion; for
-            the Gamma, whose MLE of ``phi`` has no closed form, ``llf``).
+        llf: the maximized log-likelihood: for the Gaussian (every link) at the
+            dispersion's MLE ``phi = RSS / nobs``, as R's ``logLik`` (statsmodels'
+            ``llf`` for the identity link; for the log and inverse links statsmodels
+            uses the Pearson scale, 4e-5 relative lower on typical data, which is not the
+            maximum and makes AIC incomparable across links); for the Gamma at
+            ``scale`` (the Pearson estimate: its MLE of ``phi`` has no closed form; as
+            statsmodels); ``phi = 1`` for the families without a dispersion. AIC and
+            BIC use it.
+        llf_mle: the same number as ``llf`` (R's ``logLik``), kept under its former name.
         llnull: log-likelihood of the intercept-only model at ``scale``.
         deviance, null_deviance: ``sum_i s_i d(y_i, mu_i)`` for the fit and for
             the intercept-only model (refitted with the offsets, if any).

@@ -139,7 +139,6 @@ class _FitStats(NamedTuple):
     n_constants: int  # intercepts in the reported coefficients (df_model = rank - this)
     scale: float
     scale_from_pearson: bool
-    concentrated: bool  # Gaussian identity: llf at phi = RSS / nobs
     pearson: float
     llf: float
     llnull: float
@@ -176,7 +175,6 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
         n_constants=1,
         scale=1.0,
         scale_from_pearson=dispersion,
-        concentrated=fam.least_squares,
         pearson=float(sums.pearson),
         llf=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0)),
         llnull=float("nan")
@@ -241,7 +239,6 @@ def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
         n_constants=(K - 1) if has_bias else 0,
         scale=1.0,
         scale_from_pearson=False,
-        concentrated=False,
         pearson=float("nan"),
         llf=llf,
         llnull=llnull,

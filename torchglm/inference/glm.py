@@ -22,7 +22,8 @@ from .covariance import (
     identifiability_of_factor,
     information_factor,
 )
-from .results import GLMResults
+from .observations import check_cov_type, group_codes, robust_covariance
+from .results import _COV_DESCRIPTIONS, GLMResults, _FitContext
 from .statistics import _categorical_stats, _FitStats, _log_likelihood, _scalar_stats
 
 __all__ = ["glm_results", "fit_glm"]
@@ -42,6 +43,8 @@ def glm_results(
     use_t: bool = False,
     feature_names: list[str] | None = None,
     dtype: torch.dtype = torch.float64,
+    cov_type: str = "nonrobust",
+    groups=None,
 ) -> GLMResults:
     """Inference for a fitted GLM (see :mod:`torchglm.inference`).
 
@@ -70,13 +73,23 @@ def glm_results(
             of ``x`` when it is a DataFrame, else ``model.feature_names`` (set by a
             fit on a DataFrame), else ``x0, x1, ...``.
         dtype: computation dtype.
+        cov_type: ``"nonrobust"`` (``phi`` times the inverse information), or a sandwich
+            covariance robust to a misspecified variance (statsmodels'
+            ``fit(cov_type=...)``, R's ``sandwich``): ``"HC0"``, ``"HC1"``, ``"HC2"``,
+            ``"HC3"`` (``sandwich::vcovHC(type=...)``) or ``"cluster"``
+            (``cov_kwds={"groups": groups}``, ``sandwich::vcovCL``); one more pass (see
+            :func:`~torchglm.inference.observations.robust_covariance`). Scalar
+            families only.
+        groups: with ``cov_type="cluster"``, one cluster label per row of ``x`` (in the
+            batches' order).
 
     Returns:
         A :class:`GLMResults`.
 
     Raises:
-        InputError: missing or duplicated data, an unknown ``information``, or
-            parameters where the Hessian is not finite.
+        InputError: missing or duplicated data, an unknown ``information`` or
+            ``cov_type``, ``groups`` without ``cov_type="cluster"`` (or the reverse, or
+            not one label per row), or parameters where the Hessian is not finite.
 
     Example:
         >>> x = torch.randn(200, 2); y = torch.poisson(torch.exp(0.5 * x[:, 0] - 0.3 * x[:, 1]))
@@ -99,12 +112,18 @@ def glm_results(
     batches, feature_names, information = _inputs(
         model, x, y, weight, offset, batches, fit_result, information, alpha, feature_names
     )
+    check_cov_type(model, cov_type, groups)
     grad, H = _curvature(model, batches, information, dtype)
     stats_of = _categorical_stats if model.family.multi_output else _scalar_stats
     fs = stats_of(model, batches, dtype, feature_names)
     factor = information_factor(model, batches, information == "expected", fs.S, dtype)
     est = _estimate(model, batches, dtype, fs, H, use_t, alpha, factor)
     fs = est.fs
+    theta = flat_parameters(model, dtype).to(H.device)
+    normalized_cov = est.J @ est.ident.inverse @ est.J.T
+    n_groups = None
+    if cov_type != "nonrobust":
+        est, n_groups = _robust(model, theta, batches, fs, est, information, cov_type, groups, use_t, alpha)
     unidentified = [n for n, u in zip(fs.names, est.unident.tolist()) if u]
     diverging = _diverging_from_solver(fit_result, fs.names, est.J)
     if fs.saturated > 0 and model.l2 == 0 and not diverging:
@@ -141,7 +160,12 @@ def glm_results(
         diverging=diverging,
         use_t=use_t,
         alpha=alpha,
-        notes=_notes(model, fs, est, unidentified, diverging, fit_result),
+        notes=_notes(model, fs, est, unidentified, diverging, fit_result, cov_type, n_groups),
+        cov_type=cov_type,
+        n_groups=n_groups,
+        df_inference=float(est.df_resid if n_groups is None else n_groups - 1),
+        normalized_cov_params=normalized_cov,
+        _fit=_FitContext(model, theta, batches, information == "expected"),
     )
 
 
@@ -241,9 +265,45 @@ def _estimate(
     )
 
 
-def _notes(model, fs: _FitStats, est: _Estimate, unidentified, diverging, fit_result) -> list[str]:
+def _robust(
+    model, theta, batches, fs: _FitStats, est: _Estimate, information, cov_type, groups, use_t, alpha
+):
+    """The estimate with a sandwich covariance and its Wald tests (t tests of a cluster
+    covariance on ``G - 1`` degrees of freedom, statsmodels' ``df_correction``)."""
+    codes, n_groups = group_codes(groups, fs.n_rows) if cov_type == "cluster" else (None, None)
+    cov = robust_covariance(
+        model,
+        theta,
+        batches,
+        est.ident.inverse,
+        cov_type,
+        codes,
+        n_groups,
+        fs.nobs,
+        est.rank,
+        information == "expected",
+    )
+    df = est.df_resid if n_groups is None else n_groups - 1
+    bse, statistic, pvalues, conf_int = _wald(est.params, cov, est.unident, use_t, df, alpha)
+    est = est._replace(cov=cov, bse=bse, statistic=statistic, pvalues=pvalues, conf_int=conf_int)
+    return est, n_groups
+
+
+def _notes(
+    model,
+    fs: _FitStats,
+    est: _Estimate,
+    unidentified,
+    diverging,
+    fit_result,
+    cov_type="nonrobust",
+    n_groups=None,
+) -> list[str]:
     """The warnings printed under the table."""
     notes = []
+    if cov_type != "nonrobust":
+        groups = f" over {n_groups} clusters" if n_groups is not None else ""
+        notes.append(f"covariance: {_COV_DESCRIPTIONS[cov_type]}{groups}")
     if model.l2 > 0:
         notes.append(
             f"penalized fit (l2={model.l2:g}): the covariance is that of the Laplace "
@@ -295,12 +355,16 @@ def fit_glm(
     use_t: bool = False,
     information: str | None = None,
     feature_names=None,
+    cov_type: str = "nonrobust",
+    groups=None,
     **options,
 ) -> GLMResults:
     """Fit ``model`` with ``solver`` (see :func:`torchglm.solvers.fit`) and return its :class:`GLMResults`.
 
     ``x``, ``y``, ``weight``, ``offset`` may be tensors or array-likes (NumPy, pandas,
-    scipy.sparse); a DataFrame's column names name the coefficients.
+    scipy.sparse); a DataFrame's column names name the coefficients. ``cov_type`` and
+    ``groups`` choose a robust covariance (:func:`glm_results`; statsmodels'
+    ``fit(cov_type="HC1")``, ``fit(cov_type="cluster", cov_kwds={"groups": g})``).
 
     Example:
         >>> x = torch.randn(200, 3)
@@ -318,6 +382,7 @@ def fit_glm(
         intercept ...
         ==============================================================================
     """
+    check_cov_type(model, cov_type, groups)  # before the fit: a wrong argument costs no fit
     names = feature_names_of(x)
     x, y, weight, offset = model.as_data(x, y, weight, offset)  # converted once for fit and results
     fit_result = model.fit(x, y, weight=weight, offset=offset, solver=solver, **options)
@@ -333,4 +398,6 @@ def fit_glm(
         use_t=use_t,
         information=information,
         feature_names=feature_names,
+        cov_type=cov_type,
+        groups=groups,
     )

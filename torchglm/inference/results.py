@@ -6,11 +6,37 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from functools import cached_property
+from typing import Any, Iterable, NamedTuple
 
 import torch
+from scipy import stats
+
+from .._validation import fail
+from .hypothesis import WaldTestResults, wald_test
+from .observations import GLMInfluence, observations
+from .prediction import PredictionResults, predict
 
 __all__ = ["GLMResults"]
+
+#: what the summary and notes call each covariance type
+_COV_DESCRIPTIONS = {
+    "HC0": "heteroscedasticity-robust sandwich HC0 (White; sandwich::vcovHC type 'HC0')",
+    "HC1": "heteroscedasticity-robust sandwich HC1 (HC0 x nobs/(nobs - rank); vcovHC 'HC1')",
+    "HC2": "heteroscedasticity-robust sandwich HC2 (scores / sqrt(1 - h); vcovHC 'HC2')",
+    "HC3": "heteroscedasticity-robust sandwich HC3 (scores / (1 - h); vcovHC 'HC3')",
+    "cluster": "cluster-robust sandwich (CRV1, G/(G-1) (nobs-1)/(nobs-rank))",
+}
+
+
+class _FitContext(NamedTuple):
+    """What the per-observation methods need: the model (its layout and family), the
+    estimate, the training batches (re-iterated, never copied) and the information."""
+
+    model: Any
+    theta: torch.Tensor
+    batches: Iterable
+    expected: bool
 
 
 @dataclass
@@ -64,6 +90,19 @@ class GLMResults:
             improving on (separation): reported by the solver or detected here.
         use_t, alpha: test distribution and confidence level.
         notes: human-readable warnings printed under the table.
+        cov_type: ``"nonrobust"`` (``phi`` times the inverse information) or a sandwich
+            covariance: ``"HC0"``..``"HC3"``, ``"cluster"`` (statsmodels' ``cov_type``;
+            see :func:`~torchglm.inference.observations.robust_covariance`).
+        n_groups: the number of clusters (``cov_type="cluster"``), else ``None``.
+        df_inference: the t and F tests' degrees of freedom: ``df_resid``, or
+            ``n_groups - 1`` for the cluster covariance (statsmodels' ``df_correction``).
+        normalized_cov_params: ``J (S H)^- J^T``, the inverse information at ``phi = 1``
+            (statsmodels' name), whatever ``cov_type``.
+
+    Residuals, leverage and Cook's distance (:attr:`resid_pearson`, :meth:`get_influence`)
+    and predictions (:meth:`get_prediction`) use the model and the training data the
+    results were computed from (one more pass over them, for the scalar families): the
+    results keep references to both, and the estimate as it was.
     """
 
     names: list[str]
@@ -98,6 +137,11 @@ class GLMResults:
     use_t: bool = False
     alpha: float = 0.05
     notes: list[str] = field(default_factory=list)
+    cov_type: str = "nonrobust"
+    n_groups: int | None = None
+    df_inference: float | None = None
+    normalized_cov_params: torch.Tensor | None = None
+    _fit: _FitContext | None = field(default=None, repr=False, compare=False)
 
     @property
     def explained_deviance(self) -> float:
@@ -118,7 +162,7 @@ class GLMResults:
             ("Link:", self.link),
             ("Solver:", self.solver or "n/a"),
             ("Converged:", it),
-            ("Covariance:", self.information + (" + L2 (Laplace/MAP)" if self.penalized else "")),
+            ("Covariance:", self._covariance_label()),
             ("Log-likelihood:", f"{self.llf:.6g}"),
             ("AIC:", f"{self.aic:.6g}"),
         ]
@@ -149,6 +193,125 @@ class GLMResults:
             lines.append(f"Note: {note}")
         return "\n".join(lines)
 
+    def _covariance_label(self) -> str:
+        if self.cov_type != "nonrobust":
+            return f"{self.cov_type} ({self.information})"
+        return self.information + (" + L2 (Laplace/MAP)" if self.penalized else "")
+
+    # -- tables and tests -----------------------------------------------------------
+    def confint(self, alpha: float | None = None) -> torch.Tensor:
+        """Wald confidence intervals ``b -/+ q_{1-alpha/2} se`` at level ``1 - alpha``
+        (default: the results' ``alpha``, i.e. :attr:`conf_int`), ``(p, 2)``; ``q`` is
+        normal, or Student t with :attr:`df_inference` degrees of freedom when ``use_t``
+        (statsmodels' ``conf_int(alpha)``, R's ``confint.default``)."""
+        alpha = self.alpha if alpha is None else alpha
+        if not 0 < alpha < 1:
+            raise fail("alpha", "a level in (0, 1)", alpha)
+        dist = stats.t(self._df_tests) if self.use_t else stats.norm
+        q = float(dist.ppf(1 - alpha / 2))
+        return torch.stack([self.params - q * self.bse, self.params + q * self.bse], dim=1)
+
+    @property
+    def _df_tests(self) -> float:
+        return self.df_resid if self.df_inference is None else self.df_inference
+
+    def summary_frame(self, alpha: float | None = None):
+        """The coefficient table as a pandas DataFrame indexed by the names, with the
+        text summary's columns ``coef``, ``std err``, ``z`` (``t``), ``P>|z|`` (``P>|t|``)
+        and the interval bounds (``[0.025``, ``0.975]`` at ``alpha = 0.05``)."""
+        import pandas as pd
+
+        alpha = self.alpha if alpha is None else alpha
+        ci = self.confint(alpha).cpu().numpy()
+        stat = "t" if self.use_t else "z"
+        return pd.DataFrame(
+            {
+                "coef": self.params.cpu().numpy(),
+                "std err": self.bse.cpu().numpy(),
+                stat: self.statistic.cpu().numpy(),
+                f"P>|{stat}|": self.pvalues.cpu().numpy(),
+                f"[{alpha / 2:g}": ci[:, 0],
+                f"{1 - alpha / 2:g}]": ci[:, 1],
+            },
+            index=pd.Index(self.names),
+        )
+
+    def wald_test(self, R, q=None, use_f: bool | None = None) -> WaldTestResults:
+        """Wald test of the linear hypothesis ``R beta = q`` (statsmodels' ``wald_test``)
+        with :attr:`cov_params` (robust, if it is):
+        ``W = (R b - q)^T (R V R^T)^{-1} (R b - q) ~ chi^2(m)``; with ``use_f`` (default:
+        ``use_t``) ``W / m ~ F(m, df_inference)``.
+
+        Args:
+            R: ``(m, p)`` restrictions (a row of length ``p`` for one), in the order of
+                :attr:`names`.
+            q: ``(m,)`` right-hand side; default zeros.
+            use_f: F instead of chi-square.
+
+        Raises:
+            InputError: wrong shapes, or dependent restrictions / unidentified
+                coefficients (``R V R^T`` singular).
+        """
+        use_f = self.use_t if use_f is None else use_f
+        return wald_test(self.params, self.cov_params, R, q, use_f, self._df_tests)
+
+    # -- predictions and per-observation quantities ---------------------------------
+    def _context(self, what: str) -> _FitContext:
+        if self._fit is None:
+            raise fail("results", f"results computed by glm_results or fit_glm for {what}", "no fitted model")
+        if self._fit.model.family.multi_output:
+            raise fail("family", f"a scalar family for {what}", repr(self.family))
+        return self._fit
+
+    def get_prediction(self, x, offset=None, which: str = "mean") -> PredictionResults:
+        """Predictions for the rows ``x`` with standard errors and intervals (statsmodels'
+        ``get_prediction(exog, offset=...).summary_frame(alpha)``, R's
+        ``predict(fit, newdata, type="link"|"response", se.fit=TRUE)``); see
+        :class:`~torchglm.inference.prediction.PredictionResults`.
+
+        Args:
+            x: features (n, n_features), tensor or array-like.
+            offset: optional (n,) offset added to ``eta``.
+            which: ``"mean"`` (response scale) or ``"linear"`` (link scale).
+        """
+        fc = self._context("predictions")
+        df = self._df_tests
+        return predict(fc.model, fc.theta, self.cov_params, x, offset, which, self.use_t, df)
+
+    @cached_property
+    def _influence(self) -> GLMInfluence:
+        fc = self._context("residuals and influence")
+        G = self.normalized_cov_params
+        rank = round(self.nobs - self.df_resid)
+        return observations(fc.model, fc.theta, fc.batches, G, self.scale, rank, fc.expected)
+
+    def get_influence(self) -> GLMInfluence:
+        """Residuals, leverage ``hat_matrix_diag`` and ``cooks_distance`` of every training
+        row, computed in one pass (then kept); see
+        :func:`~torchglm.inference.observations.observations`. The leverage uses the
+        results' information (statsmodels' ``get_influence(observed=...)``)."""
+        return self._influence
+
+    @property
+    def resid_response(self) -> torch.Tensor:
+        """``y - mu`` per training row (statsmodels' name)."""
+        return self._influence.resid_response
+
+    @property
+    def resid_working(self) -> torch.Tensor:
+        """``(y - mu) g'(mu)``, the IRLS working residuals (statsmodels' name)."""
+        return self._influence.resid_working
+
+    @property
+    def resid_pearson(self) -> torch.Tensor:
+        """``sqrt(a) (y - mu) / sqrt(V(mu))`` (``a`` the binomial's trials, else 1)."""
+        return self._influence.resid_pearson
+
+    @property
+    def resid_deviance(self) -> torch.Tensor:
+        """``sign(y - mu) sqrt(a d(y, mu))``: their squares sum to the deviance (unweighted)."""
+        return self._influence.resid_deviance
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-able dict (non-finite numbers become ``None``)."""
         coef = {
@@ -171,7 +334,11 @@ class GLMResults:
             "information": self.information,
             "penalized": self.penalized,
             "l2": self.l2,
-            "covariance": "Laplace/MAP (penalized)" if self.penalized else "inverse information",
+            "covariance": _COV_DESCRIPTIONS.get(
+                self.cov_type, "Laplace/MAP (penalized)" if self.penalized else "inverse information"
+            ),
+            "cov_type": self.cov_type,
+            "n_groups": self.n_groups,
             "statistic": "t" if self.use_t else "z",
             "alpha": self.alpha,
             "nobs": self.nobs,

@@ -195,6 +195,10 @@ def test_cov_type_and_groups_are_checked():
         c.results(cov_type="cluster", groups=GROUPS[:-1])
     with pytest.raises(InputError, match="cov_type"):
         fit_glm(GeneralizedLinearModel(2, "poisson"), c.xt, c.yt, cov_type="hc1")
+    unfitted = GeneralizedLinearModel(2, "poisson")
+    with pytest.raises(InputError, match="groups"):  # before the fit
+        fit_glm(unfitted, c.xt, c.yt, cov_type="cluster", groups=GROUPS[:10])
+    assert not unfitted.is_fitted
     x = torch.randn(60, 2, dtype=torch.float64)
     y = torch.arange(60) % 3
     with pytest.raises(InputError, match="cov_type"):

@@ -385,6 +385,8 @@ def fit_glm(
     check_cov_type(model, cov_type, groups)  # before the fit: a wrong argument costs no fit
     names = feature_names_of(x)
     x, y, weight, offset = model.as_data(x, y, weight, offset)  # converted once for fit and results
+    if groups is not None:
+        group_codes(groups, x.shape[0])  # one label per row, checked before the fit
     fit_result = model.fit(x, y, weight=weight, offset=offset, solver=solver, **options)
     model.feature_names = names
     return glm_results(

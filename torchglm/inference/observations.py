@@ -96,7 +96,9 @@ def robust_covariance(
       ``G/(G-1) (nobs-1)/(nobs-rank)`` (statsmodels' ``cov_type="cluster"`` with its
       default ``use_correction=True``; Stata's CRV1).
 
-    ``phi`` cancels: the scores and the information both carry ``1/phi``.
+    ``phi`` cancels: the scores and the information both carry ``1/phi``. The sums are
+    all-reduced under ``torch.distributed``; for ``cluster`` every process must then see
+    the same set of group labels (the codes index one shared ``(G, p)`` sum).
     """
     trials = model.family.weight_is_trials
     p = G.shape[0]

@@ -183,6 +183,17 @@ def test_robust_covariance_is_one_pass_over_batches():
     _close(parts.cov_params.numpy(), whole.cov_params.numpy(), rtol=1e-12)
 
 
+def test_shuffled_batches_are_refused_where_rows_are_matched():
+    c = Case("poisson", "log")
+    shuffled = TensorBatches(c.xt, c.yt, batch_size=50, shuffle=True)
+    with pytest.raises(InputError, match="shuffle"):
+        glm_results(c.model, batches=shuffled, cov_type="cluster", groups=GROUPS)
+    res = glm_results(c.model, batches=shuffled, cov_type="HC0")  # sums: order-free
+    _close(res.cov_params.numpy(), c.results(cov_type="HC0").cov_params.numpy(), rtol=1e-12)
+    with pytest.raises(InputError, match="shuffle"):
+        res.get_influence()
+
+
 def test_cov_type_and_groups_are_checked():
     c = Case("poisson", "log")
     with pytest.raises(InputError, match="cov_type"):
@@ -203,6 +214,11 @@ def test_cov_type_and_groups_are_checked():
     y = torch.arange(60) % 3
     with pytest.raises(InputError, match="cov_type"):
         fit_glm(GeneralizedLinearModel(2, "categorical", n_classes=3), x, y, cov_type="HC0")
+    softmax = fit_glm(GeneralizedLinearModel(2, "categorical", n_classes=3), x, y)
+    with pytest.raises(InputError, match="family"):
+        softmax.get_influence()
+    with pytest.raises(InputError, match="family"):
+        softmax.get_prediction(x)
 
 
 # -- predictions -------------------------------------------------------------------

@@ -22,7 +22,7 @@ from .covariance import (
     identifiability_of_factor,
     information_factor,
 )
-from .observations import check_cov_type, group_codes, robust_covariance
+from .observations import check_cov_type, check_row_order, group_codes, robust_covariance
 from .results import _COV_DESCRIPTIONS, GLMResults, _FitContext
 from .statistics import _categorical_stats, _FitStats, _log_likelihood, _scalar_stats
 
@@ -270,7 +270,10 @@ def _robust(
 ):
     """The estimate with a sandwich covariance and its Wald tests (t tests of a cluster
     covariance on ``G - 1`` degrees of freedom, statsmodels' ``df_correction``)."""
-    codes, n_groups = group_codes(groups, fs.n_rows) if cov_type == "cluster" else (None, None)
+    codes, n_groups = None, None
+    if cov_type == "cluster":
+        check_row_order(batches, "cluster labels")
+        codes, n_groups = group_codes(groups, fs.n_rows)
     cov = robust_covariance(
         model,
         theta,

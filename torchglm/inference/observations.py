@@ -65,6 +65,12 @@ def check_cov_type(model, cov_type: str, groups) -> None:
         raise fail("cov_type", "'nonrobust' for the categorical family", repr(cov_type))
 
 
+def check_row_order(batches, what: str) -> None:
+    """Per-row inputs and outputs follow the batches' order: refuse shuffled batches."""
+    if getattr(batches, "shuffle", False):
+        raise fail("batches", f"batches in a fixed row order (shuffle=False) for {what}", "shuffled batches")
+
+
 def group_codes(groups, n_rows: int) -> tuple[torch.Tensor, int]:
     """Integer codes ``0..G-1`` of the rows' group labels (any hashable NumPy-able labels)."""
     labels = np.asarray(groups.cpu() if isinstance(groups, torch.Tensor) else groups)
@@ -96,7 +102,8 @@ def robust_covariance(
       ``G/(G-1) (nobs-1)/(nobs-rank)`` (statsmodels' ``cov_type="cluster"`` with its
       default ``use_correction=True``; Stata's CRV1).
 
-    ``phi`` cancels: the scores and the information both carry ``1/phi``. The sums are
+    ``phi`` cancels: the scores and the information both carry ``1/phi``. For a penalized
+    fit ``G`` includes the penalty (the meat does not: the penalty is not random). The sums are
     all-reduced under ``torch.distributed``; for ``cluster`` every process must then see
     the same set of group labels (the codes index one shared ``(G, p)`` sum).
     """

@@ -14,7 +14,7 @@ from scipy import stats
 
 from .._validation import fail
 from .hypothesis import WaldTestResults, wald_test
-from .observations import GLMInfluence, observations
+from .observations import GLMInfluence, check_row_order, observations
 from .prediction import PredictionResults, predict
 
 __all__ = ["GLMResults"]
@@ -281,6 +281,7 @@ class GLMResults:
     @cached_property
     def _influence(self) -> GLMInfluence:
         fc = self._context("residuals and influence")
+        check_row_order(fc.batches, "residuals and influence")
         G = self.normalized_cov_params
         rank = round(self.nobs - self.df_resid)
         return observations(fc.model, fc.theta, fc.batches, G, self.scale, rank, fc.expected)

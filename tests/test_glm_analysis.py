@@ -361,3 +361,13 @@ def test_confint_and_summary_frame_match_statsmodels(use_t):
     assert list(frame.columns) == ["coef", "std err", stat, f"P>|{stat}|", "[0.05", "0.95]"]
     assert list(frame.index) == res.names
     _close(frame.to_numpy(), np.column_stack([r.params, r.bse, r.tvalues, r.pvalues, r.conf_int(0.1)]))
+
+
+def test_results_keep_the_estimate_they_were_computed_at():
+    c = Case("gamma", "inverse")
+    res = c.results()
+    before = res.get_prediction(c.x[:4]).summary_frame()
+    set_flat_parameters(c.model, torch.tensor(c.r.params) * 0.5)  # e.g. a later refit
+    after = res.get_prediction(c.x[:4]).summary_frame()
+    _close(after.to_numpy(), before.to_numpy(), rtol=1e-15)
+    _close(res.resid_response.numpy(), c.y - c.r.mu, rtol=1e-8, atol=1e-12)

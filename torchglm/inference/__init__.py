@@ -28,10 +28,13 @@ The package's modules: :mod:`.results` (:class:`GLMResults`, its table and JSON)
 solvers), :mod:`.covariance` (generalized inverse, dispersion, Wald tests) and
 :mod:`.glm` (:func:`glm_results` as named steps, :func:`fit_glm`), :mod:`.observations`
 (sandwich covariances, residuals, leverage, Cook's distance), :mod:`.prediction`
-(:meth:`GLMResults.get_prediction`) and :mod:`.hypothesis` (:func:`lr_test`, Wald tests).
+(:meth:`GLMResults.get_prediction`) and :mod:`.hypothesis` (:func:`lr_test`, Wald tests); :mod:`.formula` is the formula
+interface (:func:`torchglm.glm`, formulaic's design matrices; not re-exported here, where
+``glm`` names the module).
 """
 
 from .covariance import Identifiability, identifiability
+from .formula import FormulaDesign
 from .glm import fit_glm, glm_results
 from .hypothesis import LRTestResults, WaldTestResults, lr_test
 from .observations import GLMInfluence
@@ -42,6 +45,7 @@ __all__ = [
     "GLMResults",
     "glm_results",
     "fit_glm",
+    "FormulaDesign",
     "identifiability",
     "Identifiability",
     "lr_test",

@@ -98,6 +98,10 @@ class GLMResults:
             ``n_groups - 1`` for the cluster covariance (statsmodels' ``df_correction``).
         normalized_cov_params: ``J (S H)^- J^T``, the inverse information at ``phi = 1``
             (statsmodels' name), whatever ``cov_type``.
+        formula: for a fit by :func:`torchglm.glm`, its
+            :class:`~torchglm.inference.formula.FormulaDesign` (the formula and
+            formulaic's model spec: :meth:`predict` and :meth:`get_prediction` take a
+            DataFrame and encode it as the fit did), else ``None``.
 
     Residuals, leverage and Cook's distance (:attr:`resid_pearson`, :meth:`get_influence`)
     and predictions (:meth:`get_prediction`) use the model and the training data the
@@ -141,6 +145,7 @@ class GLMResults:
     n_groups: int | None = None
     df_inference: float | None = None
     normalized_cov_params: torch.Tensor | None = None
+    formula: Any = None
     _fit: _FitContext | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -176,6 +181,8 @@ class GLMResults:
             ("BIC:", f"{self.bic:.6g}"),
         ]
         lines = ["Generalized linear model results".center(width), "=" * width]
+        if self.formula is not None:
+            lines.append(f"Formula: {self.formula.formula}")
         for (a, b), (c, d) in zip(left, right):
             lines.append(f"{a:<16}{b:>22}  {c:<20}{d:>18}")
         lines.append("=" * width)
@@ -263,20 +270,40 @@ class GLMResults:
             raise fail("family", f"a scalar family for {what}", repr(self.family))
         return self._fit
 
-    def get_prediction(self, x, offset=None, which: str = "mean") -> PredictionResults:
+    def get_prediction(self, x, offset=None, which: str = "mean", exposure=None) -> PredictionResults:
         """Predictions for the rows ``x`` with standard errors and intervals (statsmodels'
         ``get_prediction(exog, offset=...).summary_frame(alpha)``, R's
         ``predict(fit, newdata, type="link"|"response", se.fit=TRUE)``); see
         :class:`~torchglm.inference.prediction.PredictionResults`.
 
         Args:
-            x: features (n, n_features), tensor or array-like.
-            offset: optional (n,) offset added to ``eta``.
+            x: features (n, n_features), tensor or array-like; for a formula fit
+                (:func:`torchglm.glm`) a DataFrame of new rows, encoded by the fit's
+                formula (its levels, contrasts and transforms; offset and exposure
+                columns read from it).
+            offset: optional (n,) offset added to ``eta`` (for a formula fit: an array
+                or a column name, replacing the fit's).
             which: ``"mean"`` (response scale) or ``"linear"`` (link scale).
+            exposure: a formula fit's exposure (array or column name; log link).
+
+        Raises:
+            InputError: wrong shapes; for a formula fit, a missing value, an unseen
+                level of a categorical factor (the column and the levels named), or no
+                offset where the fit had one given as an array.
         """
         fc = self._context("predictions")
+        if self.formula is not None and hasattr(x, "columns") and not isinstance(x, torch.Tensor):
+            x, offset = self.formula.design(x, offset, exposure)
+        elif exposure is not None:
+            raise fail("exposure", "a formula fit (torchglm.glm) and a DataFrame", "exposure without them")
         df = self._df_tests
         return predict(fc.model, fc.theta, self.cov_params, x, offset, which, self.use_t, df)
+
+    def predict(self, x, offset=None, which: str = "mean", exposure=None) -> torch.Tensor:
+        """The predicted mean ``g^{-1}(x~^T beta^ + offset)`` (``which="mean"``) or the
+        linear predictor (``"linear"``) of the rows ``x`` (statsmodels' ``predict``); the
+        arguments as for :meth:`get_prediction`."""
+        return self.get_prediction(x, offset, which, exposure).predicted
 
     @cached_property
     def _influence(self) -> GLMInfluence:

@@ -237,6 +237,7 @@ def glm(
     link=None,
     *,
     freq_weights=None,
+    var_weights=None,
     offset=None,
     exposure=None,
     missing: str = "raise",
@@ -266,8 +267,9 @@ def glm(
             intercept, ``np.log(x)`` a transform.
         data: a pandas DataFrame with the formula's columns.
         family, link: as for :class:`~torchglm.models.GeneralizedLinearModel`.
-        freq_weights: frequency weights (the binomial's trials): a column name or an
-            array, one per row of ``data``.
+        freq_weights, var_weights: frequency weights (the binomial's trials) and
+            variance (prior) weights, each a column name or an array, one per row of
+            ``data`` (see :func:`fit_glm`; R's ``glm(weights=)`` are ``var_weights``).
         offset: a known term added to ``eta``: a column name or an array.
         exposure: ``log(exposure)`` is added to the offset (the log link only): a
             column name or an array.
@@ -313,6 +315,7 @@ def glm(
     n = len(data)
     per_row = {
         "freq_weights": _column_or_array(data, "freq_weights", freq_weights, n),
+        "var_weights": _column_or_array(data, "var_weights", var_weights, n),
         "offset": _column_or_array(data, "offset", offset, n),
         "exposure": _column_or_array(data, "exposure", exposure, n),
     }
@@ -340,14 +343,15 @@ def glm(
     x = torch.tensor(mm.rhs.to_numpy(dtype="float64"))
     y = torch.tensor(mm.lhs.to_numpy(dtype="float64")[:, 0])
     columns = [str(c) for c in mm.rhs.columns]
-    fw = per_row["freq_weights"]
+    fw, vw = per_row["freq_weights"], per_row["var_weights"]
     model = GeneralizedLinearModel(x.shape[1], family, link=link, fit_intercept=False, dtype=torch.float64)
-    _intercept_start(model, columns, y, fw, off)
+    _intercept_start(model, columns, y, fw if vw is None else (vw if fw is None else fw * vw), off)
     res = fit_glm(
         model,
         x,
         y,
-        weight=None if fw is None else torch.tensor(fw),
+        freq_weights=None if fw is None else torch.tensor(fw),
+        var_weights=None if vw is None else torch.tensor(vw),
         offset=off,
         solver=solver,
         alpha=alpha,

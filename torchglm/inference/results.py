@@ -37,6 +37,7 @@ class _FitContext(NamedTuple):
     theta: torch.Tensor
     batches: Iterable
     expected: bool
+    var_weighted: bool = False
 
 
 @dataclass
@@ -309,6 +310,9 @@ class GLMResults:
     def _influence(self) -> GLMInfluence:
         fc = self._context("residuals and influence")
         check_row_order(fc.batches, "residuals and influence")
+        if fc.var_weighted:
+            # the batches hold f_i v_i: the residuals would need f_i and v_i apart
+            raise fail("results", "a fit without var_weights for residuals and influence", "var_weights")
         G = self.normalized_cov_params
         rank = round(self.nobs - self.df_resid)
         return observations(fc.model, fc.theta, fc.batches, G, self.scale, rank, fc.expected)

@@ -124,6 +124,11 @@ def test_offset_exposure_and_frequency_weights_by_column_or_array():
     np.testing.assert_allclose(by_offset.params.numpy(), params, rtol=1e-6)
     with pytest.raises(InputError, match="exposure: expected the log link"):
         torchglm.glm(FORMULA, df, family="poisson", link="sqrt", exposure="t")
+    # cluster labels by column name or array; the formula in the JSON form
+    by_name = torchglm.glm(FORMULA, df, family="poisson", cov_type="cluster", groups="g")
+    by_labels = torchglm.glm(FORMULA, df, family="poisson", cov_type="cluster", groups=df["g"].to_numpy())
+    np.testing.assert_array_equal(by_name.bse.numpy(), by_labels.bse.numpy())
+    assert by_name.n_groups == 3 and by_name.to_dict()["formula"] == FORMULA
 
 
 def test_an_unseen_level_in_new_data_is_one_input_error_naming_column_and_level():

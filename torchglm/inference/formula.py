@@ -155,7 +155,7 @@ def _check_levels(spec, data) -> None:
         if getattr(kind, "value", kind) != "categorical":
             continue
         levels = set(state.get("categories", []))
-        for col in _factor_columns(factor, data.columns) or []:
+        for col in _factor_columns(factor, data.columns):
             seen = set(data[col].dropna().unique().tolist())
             unseen = sorted(seen - levels, key=str)
             if unseen and (factor == col or re.fullmatch(rf"C\(\s*{re.escape(col)}\s*(,.*)?\)", factor)):

@@ -376,6 +376,7 @@ class GLMResults:
             "nobs": self.nobs,
             "df_model": self.df_model,
             "df_resid": self.df_resid,
+            "formula": None if self.formula is None else self.formula.formula,
         }
         for k in (
             "scale",

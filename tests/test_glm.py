@@ -84,8 +84,18 @@ def test_gaussian_longley_matches_statsmodels(link):
     res = glm_results(m, _t(Xs), _t(y), fit_result=fr, information="expected")
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
-    for k in ("llf", "deviance", "aic", "bic", "scale"):
+    for k in ("deviance", "scale"):
         assert getattr(res, k) == pytest.approx(float(getattr(r, k)), rel=1e-6), k
+    # llf at the MLE of the dispersion, RSS / n, for every link (R's logLik; statsmodels'
+    # llf for the identity link, at the Pearson scale for the log link)
+    n = len(y)
+    llf = float(r.family.loglike(y, r.mu, scale=np.sum((y - r.mu) ** 2) / n))
+    assert res.llf == pytest.approx(llf, rel=1e-6)
+    assert res.aic == pytest.approx(-2 * llf + 2 * Xs.shape[1] + 2, rel=1e-6)
+    assert res.bic == pytest.approx(-2 * llf + (Xs.shape[1] + 1) * np.log(n), rel=1e-6)
+    if link == "identity":
+        for k in ("llf", "aic", "bic"):
+            assert getattr(res, k) == pytest.approx(float(getattr(r, k)), rel=1e-6), k
 
 
 @pytest.mark.parametrize("family,link", PAIRS)

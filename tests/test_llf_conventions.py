@@ -1,6 +1,7 @@
-"""Issue 16, conventions: ``llf`` is statsmodels' (Pearson scale for the Gaussian's
-non-identity links), ``llf_mle`` is R's ``logLik`` (the dispersion at its MLE, RSS / n,
-for every Gaussian link)."""
+"""Log-likelihood conventions: for the Gaussian, every link, ``llf`` is the maximized
+likelihood, the dispersion at its MLE RSS / n (R's ``logLik``; statsmodels' ``llf`` for the
+identity link, while statsmodels puts its log and inverse links at the Pearson scale), and
+``llf_mle`` is the same number."""
 
 import math
 
@@ -22,14 +23,17 @@ def _data():
 
 
 @pytest.mark.parametrize("link", ["identity", "log", "inverse"])
-def test_gaussian_llf_mle_is_r_loglik_and_llf_is_statsmodels(link):
+def test_gaussian_llf_is_the_maximized_likelihood_for_every_link(link):
     x, y = _data()
     m = GeneralizedLinearModel(2, "gaussian", link, dtype=torch.float64)
     fit(m, x, y, tol=1e-20)
     res = glm_results(m, x, y)
     n = y.shape[0]
     rss = float(((y - m.predict(x).detach()) ** 2).sum())
-    assert res.llf_mle == pytest.approx(-0.5 * n * (math.log(2 * math.pi * rss / n) + 1), rel=1e-10)
+    r_loglik = -0.5 * n * (math.log(2 * math.pi * rss / n) + 1)  # R's logLik
+    assert res.llf == pytest.approx(r_loglik, rel=1e-10)
+    assert res.llf_mle == res.llf
+    assert res.aic == pytest.approx(-2 * r_loglik + 2 * 3, rel=1e-10)
     links = {
         "identity": sm.families.links.Identity(),
         "log": sm.families.links.Log(),
@@ -38,11 +42,12 @@ def test_gaussian_llf_mle_is_r_loglik_and_llf_is_statsmodels(link):
     ref = sm.GLM(y.numpy(), sm.add_constant(x.numpy()), family=sm.families.Gaussian(links[link])).fit(
         tol=1e-12
     )
-    assert res.llf == pytest.approx(ref.llf, rel=1e-8)
+    # statsmodels' family log-likelihood at the MLE of the dispersion
+    assert res.llf == pytest.approx(ref.family.loglike(y.numpy(), ref.mu, scale=rss / n), rel=1e-8)
     if link == "identity":
-        assert res.llf_mle == pytest.approx(res.llf, rel=1e-12)
-    else:
-        assert res.llf_mle > res.llf  # the MLE of the dispersion maximizes the likelihood
+        assert res.llf == pytest.approx(ref.llf, rel=1e-8)
+    else:  # statsmodels' llf, at the Pearson scale, is not the maximum
+        assert res.llf > ref.llf
 
 
 def test_llf_mle_equals_llf_without_a_dispersion():

@@ -17,6 +17,7 @@ from ._validation import (
 )
 from .families import FAMILIES, Family, get_family
 from .inference import GLMResults, fit_glm, glm_results
+from .inference.formula import glm
 from .links import LINKS, Link, get_link
 from .models import (
     BernoulliNB,
@@ -53,6 +54,7 @@ __all__ = [
     "bayes",
     "GLMResults",
     "fit_glm",
+    "glm",
     "glm_results",
     "ConvergenceWarning",
     "InputError",

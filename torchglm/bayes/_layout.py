@@ -10,6 +10,7 @@ batched data.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable
 
 import torch
@@ -19,7 +20,15 @@ from ..data.batches import Batch, TensorBatches
 from ..models.glm import GeneralizedLinearModel
 from .prior import GaussianPrior
 
-__all__ = ["GaussianDraws", "as_batches", "linear_predictor", "data_nll", "identified_basis"]
+__all__ = [
+    "GaussianDraws",
+    "as_batches",
+    "check_dispersion",
+    "check_glm",
+    "linear_predictor",
+    "data_nll",
+    "identified_basis",
+]
 
 
 class GaussianDraws:
@@ -44,6 +53,34 @@ def check_model(model) -> GeneralizedLinearModel:
     if not isinstance(model, GeneralizedLinearModel) or not model.family.is_classifier:
         raise fail("model", "a GeneralizedLinearModel with a classification family", type(model).__name__)
     return model
+
+
+def check_glm(model) -> GeneralizedLinearModel:
+    """Any family: the Laplace posterior, its evidence and the choice of ``lambda`` by
+    the evidence need only a likelihood and its curvature."""
+    if not isinstance(model, GeneralizedLinearModel):
+        raise fail("model", "a GeneralizedLinearModel", type(model).__name__)
+    return model
+
+
+def check_dispersion(model, dispersion) -> float:
+    """The dispersion ``phi`` the likelihood is taken at: given (a positive number) for a
+    family with one (Gaussian ``phi = 1 / beta``, Gamma ``1 / shape``), 1 otherwise."""
+    if not model.family.has_dispersion:
+        if dispersion is not None and float(dispersion) != 1.0:
+            raise fail("dispersion", f"None (the {model.family.name} family has phi = 1)", dispersion)
+        return 1.0
+    if dispersion is None:
+        raise fail(
+            "dispersion",
+            f"the {model.family.name} family's dispersion phi (a positive number; "
+            "evidence_fixed_point estimates it)",
+            None,
+        )
+    phi = float(dispersion)
+    if not (math.isfinite(phi) and phi > 0):
+        raise fail("dispersion", "a positive finite number", dispersion)
+    return phi
 
 
 def as_batches(data, model: GeneralizedLinearModel) -> Iterable[Batch]:

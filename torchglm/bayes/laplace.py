@@ -1,5 +1,6 @@
-"""The Laplace approximation to the posterior of a GLM (seed 000, "Bayesian logistic
-regression"; seed 003, the regularized Newton Hessian).
+"""The Laplace approximation to the posterior of a GLM of any family (the lecture notes
+on probabilistic classification, "Bayesian logistic regression" and the regularized
+Newton Hessian; Bishop PRML §4.4).
 
 Around the MAP ``theta*`` the negative log posterior
 ``E(theta) = -ln p(D|theta) - ln p(theta)`` is expanded to second order, giving
@@ -13,6 +14,15 @@ seed 003). The same expansion approximates the evidence
     ln Z ~= ln p(D|theta*) + ln p(theta*) + (D/2) ln 2 pi - (1/2) ln |H|,
 
 maximized over ``lambda`` by :mod:`torchglm.bayes.selection`.
+
+For a family with a dispersion ``phi`` (Gaussian ``phi = 1 / beta``, Gamma) the likelihood
+is taken at a given ``phi``: the data term of ``H`` is ``1 / phi`` times that at ``phi = 1``
+and the MAP is the library objective with ``l2 = phi / (lambda S)``. For the Gaussian with
+the identity link the log posterior is quadratic, so the "approximation" is exact: mean
+``m_N = beta S_N X^T y`` and covariance ``S_N = (alpha I + beta X^T X)^{-1}`` (PRML
+3.53-3.54, ``alpha = 1 / lambda``), and ``ln Z`` is the evidence of PRML 3.86. For the other
+families (Poisson, Gamma, binomial, ...) it is the Laplace approximation as for logistic
+regression.
 """
 
 from __future__ import annotations
@@ -27,7 +37,15 @@ from .._validation import fail
 from ..models.glm import GeneralizedLinearModel
 from ..solvers.base import all_reduce_sum
 from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask, set_flat_parameters
-from ._layout import GaussianDraws, as_batches, check_model, identified_basis, n_bias, n_weights
+from ._layout import (
+    GaussianDraws,
+    as_batches,
+    check_dispersion,
+    check_glm,
+    identified_basis,
+    n_bias,
+    n_weights,
+)
 from .prior import GaussianPrior
 
 __all__ = ["LaplacePosterior", "fit_map", "laplace_posterior"]
@@ -49,6 +67,8 @@ class LaplacePosterior(GaussianDraws):
         prior: the :class:`GaussianPrior` used.
         basis: orthonormal basis (p, r) of the identified directions, or ``None``.
         shape: ``(n_outputs, n_features, fit_intercept)`` of the model it belongs to.
+        dispersion: the ``phi`` the likelihood was taken at (1 for the families
+            without a dispersion).
     """
 
     mean: torch.Tensor
@@ -61,6 +81,7 @@ class LaplacePosterior(GaussianDraws):
     prior: GaussianPrior
     basis: torch.Tensor | None
     shape: tuple[int, int, bool]
+    dispersion: float = 1.0
 
     def state_dict(self) -> dict:
         """Plain tensors and numbers, for ``torch.save`` and checkpoints."""
@@ -76,6 +97,7 @@ class LaplacePosterior(GaussianDraws):
             "bias_variance": self.prior.bias_variance,
             "basis": self.basis,
             "shape": self.shape,
+            "dispersion": self.dispersion,
         }
 
     @classmethod
@@ -95,43 +117,47 @@ def _total_weight(batches) -> float:
     return float(total)
 
 
-def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", **options):
+def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", dispersion=None, **options):
     """Fit the MAP ``argmin -ln p(D|w) - ln p(w)`` in place with the library's solver.
 
-    With a flat bias prior this is the library objective with ``l2 = 1 / (lambda n)``
-    (``model.l2`` is set to it). A proper bias prior ``N(0, sigma_b^2)`` is the same
+    With a flat bias prior this is the library objective with ``l2 = phi / (lambda n)``
+    (``model.l2`` is set to it; ``phi`` the dispersion, 1 for the families without one). A proper bias prior ``N(0, sigma_b^2)`` is the same
     isotropic penalty on an augmented design ``[x, c 1]`` without intercept,
     ``c = sqrt(sigma_b^2 / lambda)``: the weight ``v`` of the constant column has prior
     ``N(0, lambda)``, so the bias ``c v`` has prior ``N(0, sigma_b^2)``.
 
     Args:
-        model: a classification :class:`~torchglm.models.glm.GeneralizedLinearModel`.
+        model: a :class:`~torchglm.models.glm.GeneralizedLinearModel` of any family.
         data: ``(x, y)`` or ``(x, y, weight)``.
         prior: the :class:`GaussianPrior`.
         solver: a name for :func:`torchglm.solvers.fit` (Newton by default).
+        dispersion: ``phi`` for a family with a dispersion (Gaussian ``1 / beta``, Gamma);
+            ``None`` otherwise.
         **options: passed to the solver.
 
     Returns:
         The solver's :class:`~torchglm.solvers.base.FitResult`.
     """
-    result, model.l2 = _fit_map(model, data, prior, solver, **options)
+    phi = check_dispersion(check_glm(model), dispersion)
+    result, model.l2 = _fit_map(model, data, prior, solver, phi, **options)
     return result
 
 
-def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
+def _fit_map(model, data, prior: GaussianPrior, solver: str, phi: float = 1.0, **options):
     """:func:`fit_map` that leaves ``model.l2`` alone: the MAP is fitted on a working
     model at the prior's penalty, and its parameters are copied into ``model``.
 
     Returns:
-        ``(FitResult, l2)``, ``l2 = 1 / (lambda sum_i s_i)`` the prior's penalty.
+        ``(FitResult, l2)``, ``l2 = phi / (lambda sum_i s_i)`` the prior's penalty: the
+        objective is the mean of ``phi`` times the per-row negative log-likelihood.
     """
-    check_model(model)
+    check_glm(model)
     if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
         raise fail("data", "(x, y) or (x, y, weight) tensors for the MAP fit", type(data).__name__)
     x, y = model.check_data(data[0], data[1], data[2] if len(data) == 3 else None)
     weight = data[2] if len(data) == 3 else None
     total = float(x.shape[0]) if weight is None else float(weight.sum())
-    l2 = prior.l2(total)
+    l2 = phi * prior.l2(total)
     if prior.bias_variance is None or not model.n_bias:
         theta = flat_parameters(model)
         with torch.random.fork_rng(devices=[]):  # nn.Linear's init must not move the caller's RNG
@@ -170,27 +196,53 @@ def _fit_map(model, data, prior: GaussianPrior, solver: str, **options):
     return result, l2
 
 
+def _log_likelihood(model, theta, batches, phi: float) -> torch.Tensor:
+    """``ln p(D | theta, phi) = sum_i s_i ln p(y_i | eta_i, phi)`` with every constant (one pass)."""
+    total = theta.new_zeros(())
+    for batch in batches:
+        eta = model.linear_predictor(theta, batch.x.to(theta.dtype), batch.offset)
+        total = total + model.family.log_likelihood(eta, batch.y, batch.weight, scale=phi)
+    all_reduce_sum(total)
+    return total
+
+
 def laplace_posterior(
-    model, data, prior: GaussianPrior | None = None, fit: bool = True, solver: str = "newton", **options
+    model,
+    data,
+    prior: GaussianPrior | None = None,
+    fit: bool = True,
+    solver: str = "newton",
+    dispersion: float | None = None,
+    **options,
 ) -> LaplacePosterior:
-    """Laplace posterior ``N(theta*, H^{-1})`` of a logistic, probit or softmax model.
+    """Laplace posterior ``N(theta*, H^{-1})`` of a GLM of any family.
+
+    Logistic, probit, softmax, Poisson, Gamma, binomial: the Laplace approximation
+    around the MAP. Gaussian with the identity link: the exact posterior ``N(m_N, S_N)``
+    and the exact log evidence (PRML 3.53-3.54, 3.86), at the noise precision ``beta =
+    1 / dispersion``.
 
     Args:
-        model: a classification GLM; with ``fit=False`` it must already hold the MAP.
+        model: a GLM; with ``fit=False`` it must already hold the MAP.
         data: ``(x, y)``, ``(x, y, weight)`` or a re-iterable of ``Batch``.
-        prior: the prior; ``None`` takes ``GaussianPrior.from_l2(model.l2, n)``,
-            the prior whose MAP the model's own penalty gives (flat bias prior).
+        prior: the prior; ``None`` takes the prior whose MAP the model's own penalty
+            gives, ``lambda = phi / (l2 n)`` (flat bias prior).
         fit: first fit the MAP like :func:`fit_map` (needs tensors as ``data``);
             ``model.l2`` is left as it is (the prior fixes the penalty of the fit).
         solver, **options: for :func:`fit_map`.
+        dispersion: the dispersion ``phi`` of a family with one (the Gaussian's
+            ``sigma^2 = 1 / beta``, the Gamma's ``1 / shape``): required there
+            (:func:`~torchglm.bayes.evidence_fixed_point` estimates it), ``None`` for
+            the others.
 
     Returns:
         The :class:`LaplacePosterior`, with its evidence estimate.
 
     Raises:
-        InputError: if the model is not a fitted classifier, or the posterior
-            precision is not positive definite (e.g. a flat bias prior on
-            separated data: the posterior is then improper).
+        InputError: if the model is not a fitted GLM, the dispersion is missing or
+            given where the family has none, or the posterior precision is not
+            positive definite (e.g. a flat bias prior on separated data: the posterior
+            is then improper).
 
     Example:
         >>> x = torch.randn(200, 2); y = (x[:, 0] - x[:, 1] + torch.randn(200) > 0).float()
@@ -198,24 +250,29 @@ def laplace_posterior(
         >>> post.covariance.shape
         torch.Size([3, 3])
     """
-    check_model(model)
+    check_glm(model)
+    phi = check_dispersion(model, dispersion)
     batches = as_batches(data, model)
     if prior is None:
-        prior = GaussianPrior.from_l2(model.l2, _total_weight(batches))
+        prior = GaussianPrior.from_l2(model.l2 / phi, _total_weight(batches))
     if fit:
-        _fit_map(model, data, prior, solver, **options)
+        _fit_map(model, data, prior, solver, phi, **options)
     model.check_fitted()
-    # The solvers' pass gives E = mean NLL + the model's penalty and its derivatives;
-    # the summed negative log-likelihood is S (E - penalty), its Hessian S (H_E - l2 P).
+    # The solvers' pass gives E = mean NLL (at phi = 1) + the model's penalty and its
+    # derivatives; the summed negative log-likelihood at phi has the derivatives
+    # S (E - penalty) / phi (the Gaussian's and the Gamma's NLL scale as 1 / phi in eta).
     total = _total_weight(batches)
     loss, g_obj, H_obj = hessian_and_gradient(model, batches)
     theta = flat_parameters(model, loss.dtype).to(loss.device)
     mask = penalty_mask(model, loss.dtype, loss.device)
     pen, w = model.l2_penalty, mask * theta
-    nll = total * (loss - pen.value(w))
+    if model.family.has_dispersion:
+        nll = -_log_likelihood(model, theta, batches, phi)
+    else:
+        nll = total * (loss - pen.value(w))
     prec = prior.precision(n_weights(model), n_bias(model), theta)
-    H = total * (H_obj - torch.diag(pen.curvature(mask))) + torch.diag(prec)
-    grad_post = total * (g_obj - pen.grad(w)) + prec * theta
+    H = total * (H_obj - torch.diag(pen.curvature(mask))) / phi + torch.diag(prec)
+    grad_post = total * (g_obj - pen.grad(w)) / phi + prec * theta
     basis = identified_basis(model, prior, theta)
     if basis is not None:
         theta = basis @ (basis.T @ theta)  # centre the softmax biases: same predictions
@@ -253,4 +310,5 @@ def laplace_posterior(
         prior=prior,
         basis=basis,
         shape=(model.n_outputs, model.n_features, model.n_bias > 0),
+        dispersion=phi,
     )

@@ -26,11 +26,31 @@ in-memory tensors, larger-than-memory batches and many processes.
 The package's modules: :mod:`.results` (:class:`GLMResults`, its table and JSON),
 :mod:`.statistics` (the per-observation sums and the null model, fitted by the
 solvers), :mod:`.covariance` (generalized inverse, dispersion, Wald tests) and
-:mod:`.glm` (:func:`glm_results` as named steps, :func:`fit_glm`).
+:mod:`.glm` (:func:`glm_results` as named steps, :func:`fit_glm`), :mod:`.observations`
+(sandwich covariances, residuals, leverage, Cook's distance), :mod:`.prediction`
+(:meth:`GLMResults.get_prediction`) and :mod:`.hypothesis` (:func:`lr_test`, Wald tests); :mod:`.formula` is the formula
+interface (:func:`torchglm.glm`, formulaic's design matrices; not re-exported here, where
+``glm`` names the module).
 """
 
 from .covariance import Identifiability, identifiability
+from .formula import FormulaDesign
 from .glm import fit_glm, glm_results
+from .hypothesis import LRTestResults, WaldTestResults, lr_test
+from .observations import GLMInfluence
+from .prediction import PredictionResults
 from .results import GLMResults
 
-__all__ = ["GLMResults", "glm_results", "fit_glm", "identifiability", "Identifiability"]
+__all__ = [
+    "GLMResults",
+    "glm_results",
+    "fit_glm",
+    "FormulaDesign",
+    "identifiability",
+    "Identifiability",
+    "lr_test",
+    "LRTestResults",
+    "WaldTestResults",
+    "PredictionResults",
+    "GLMInfluence",
+]

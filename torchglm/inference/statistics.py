@@ -68,15 +68,26 @@ def _batch_eta(model, batch: Batch, dtype):
     return eta, y, w
 
 
-def _log_likelihood(model, batches, dtype, scale, intercept=None):
-    """``sum_i s_i log p(y_i | eta_i, phi)`` at the model (or at ``eta = intercept + offset``)."""
+def _log_likelihood(model, batches, dtype, scale, intercept=None, var_weight=None):
+    """``sum_i s_i log p(y_i | eta_i, phi)`` at the model (or at ``eta = intercept + offset``).
+
+    With variance weights ``v_i`` (``var_weight``, in the batches' row order; the batches'
+    weights are then ``f_i v_i``) row ``i`` has the dispersion ``phi / v_i`` and counts
+    ``f_i`` times: ``sum_i f_i log p(y_i | eta_i, phi / v_i)`` (statsmodels' ``loglike``
+    with ``var_weights``; R's ``logLik`` of a ``glm`` with prior weights)."""
     fam = model.family
     total = None
+    start = 0
     for batch in batches:
         eta, y, w = _batch_eta(model, batch, dtype)
         if intercept is not None:
             eta = _null_eta(batch, eta, intercept, dtype)
-        ll = fam.log_likelihood(eta, y, w, scale=scale)
+        if var_weight is None:
+            ll = fam.log_likelihood(eta, y, w, scale=scale)
+        else:
+            v = var_weight[start : start + eta.shape[0]].to(dtype)
+            start += eta.shape[0]
+            ll = fam.log_likelihood(eta, y, w / v, scale=scale / v)
         total = ll if total is None else total + ll
     all_reduce_sum(total)
     return total
@@ -139,7 +150,6 @@ class _FitStats(NamedTuple):
     n_constants: int  # intercepts in the reported coefficients (df_model = rank - this)
     scale: float
     scale_from_pearson: bool
-    concentrated: bool  # Gaussian identity: llf at phi = RSS / nobs
     pearson: float
     llf: float
     llnull: float
@@ -176,7 +186,6 @@ def _scalar_stats(model, batches, dtype, feature_names) -> _FitStats:
         n_constants=1,
         scale=1.0,
         scale_from_pearson=dispersion,
-        concentrated=fam.least_squares,
         pearson=float(sums.pearson),
         llf=float("nan") if dispersion else float(_log_likelihood(model, batches, dtype, 1.0)),
         llnull=float("nan")
@@ -241,7 +250,6 @@ def _categorical_stats(model, batches, dtype, feature_names) -> _FitStats:
         n_constants=(K - 1) if has_bias else 0,
         scale=1.0,
         scale_from_pearson=False,
-        concentrated=False,
         pearson=float("nan"),
         llf=llf,
         llnull=llnull,

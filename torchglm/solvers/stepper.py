@@ -51,7 +51,7 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
 fits of families whose targets can sit on the boundary of the mean space
 (``Family.separable``) are watched for separation (see
 :meth:`StepFitter._check_separation`); a first-order phase ends as soon as a sample
-reaches that boundary, or at ``max_iter``, so that the Newton-type finish decides.
+reaches that boundary, so that the Newton-type finish decides.
 """
 
 from __future__ import annotations
@@ -530,12 +530,6 @@ class StepFitter(Fitter):
                     warn=True,
                 )
         elif self.result.n_iter >= self.max_iter:
-            if not self.newton_like and self.detect_separation:
-                # A first-order phase that used its budget on a family that can separate:
-                # its steps cannot tell a slow approach from coefficients running off
-                # (gradient descent on separated data never saturates a sample in 1e4
-                # steps), Newton's can; the finish decides (FINISH_MAX_STEPS at most).
-                return self._begin_finish(f"max_iter={self.max_iter} first-order steps", s)
             return self._finish(
                 False, f"max_iter={self.max_iter} reached (gradient norm {grad_norm:.3g})", warn=True
             )

@@ -98,7 +98,12 @@ class ConvergenceWarning(_BaseConvergenceWarning):
 
 
 class SeparationWarning(UserWarning):
-    """The data are (quasi-)completely separated: the unpenalized MLE does not exist."""
+    """The data are (quasi-)completely separated: the unpenalized MLE does not exist.
+
+    In the GLM sense: samples whose targets sit on the boundary of the mean space
+    (a probability 0 or 1, a count 0) are fitted ever closer to it along a direction
+    that changes no other fitted mean, so ``eta -> +-inf`` there (e.g. a Poisson with
+    every count 0 in a level of a dummy)."""
 
 
 class NumericalWarning(UserWarning):

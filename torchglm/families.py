@@ -84,6 +84,16 @@ class Family:
     #: True when the family defines the saturated model (:meth:`saturated_nll`,
     #: ``mu_i = y_i``): the unit deviance is then ``2 (nll - saturated_nll)``.
     has_saturated_model: bool = False
+    #: True when the mean space has a boundary that targets can sit on (a probability
+    #: 0 or 1, a count's mean 0): the likelihood of such a sample keeps rising as
+    #: ``mu`` goes to that boundary, i.e. as ``eta -> +-inf``, so the unpenalized MLE
+    #: need not exist. Whenever a direction moves every boundary sample's ``mu``
+    #: towards its ``y`` and leaves the others' unchanged, it is separation (complete,
+    #: or quasi-complete; Albert & Anderson, Biometrika 1984; for counts, all zero
+    #: within a level of a dummy). The solvers watch these families for it
+    #: (:meth:`torchglm.solvers.stepper.StepFitter._check_separation`). A Gamma or
+    #: Gaussian target never sits on its mean's boundary (``y > 0``, ``y`` real).
+    separable: bool = False
     #: links whose inverse always lands in the mean domain: ``nll`` skips the
     #: domain mask for them (the hot path of the canonical fits).
     _closed_links: tuple[str, ...] = ()
@@ -326,6 +336,7 @@ class _Binary(Family):
 
     _closed_links = ("logit", "probit", "cloglog", "cauchit")
     has_saturated_model = True
+    separable = True  # y = 0 or 1 (a proportion of 0 or 1) is mu's boundary
 
     def _nll(self, eta, y):
         y = y.to(eta.dtype)
@@ -461,6 +472,7 @@ class Categorical(Family):
     multi_output = True
     _closed_links = ("softmax",)
     has_saturated_model = True
+    separable = True  # mu_y -> 1 (every other class's probability -> 0)
 
     def n_outputs(self, n_classes=None):
         if n_classes is None or n_classes < 2:
@@ -513,6 +525,7 @@ class Poisson(Family):
     allowed_links = ("log", "identity", "sqrt")
     _closed_links = ("log",)
     has_saturated_model = True
+    separable = True  # y = 0 is mu's boundary: nll = mu there, infimum 0 at mu -> 0
 
     def _nll(self, eta, y):
         return self.mean(eta) - y * self.link.log_inverse(eta) + torch.lgamma(y + 1)

@@ -54,7 +54,7 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
             ``D H D`` is singular to working precision).
 
     Returns:
-        ``(delta, note, flat, rcond, hidden)``: the step; ``None`` or a short
+        ``(delta, note, flat, rcond, hidden, n_neg)``: the step; ``None`` or a short
         description of the fallback that was needed ("singular", "indefinite"); the
         norm of the equilibrated gradient ``D g`` along the directions dropped as
         singular (0 when none were); ``rcond``, the reciprocal condition estimate of
@@ -66,7 +66,10 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
         by more than that along directions whose curvature is lost in rounding: its
         optimum there is not determined in this dtype (nearly collinear columns,
         ``cond(X) ~ 1/sqrt(eps)``); exactly collinear columns give ``flat`` at the
-        gradient's rounding and ``hidden`` far below any tolerance.
+        gradient's rounding and ``hidden`` far below any tolerance. ``n_neg``: the
+        number of eigenvalues of ``D H D`` below ``-r`` (0 after Cholesky): with any,
+        ``H`` is indefinite and ``g^T |H|^-1 g`` of the modified step is no Newton
+        decrement (it bounds nothing about ``E - E*``; not a minimum).
     """
     p = g.numel()
     eps = torch.finfo(H.dtype).eps
@@ -81,7 +84,7 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
         # a tiny value means D H D is singular to working precision.
         rcond = float((piv.min() / piv.max()) ** 2)
         if rcond > rtol:
-            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond, 0.0
+            return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond, 0.0, 0
     evals, evecs = torch.linalg.eigh(Hs)
     scale = evals.abs().max()
     keep = evals.abs() > rtol * scale
@@ -100,7 +103,7 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     cutoff = float(rtol * scale)
     hidden = flat * flat / (2 * cutoff) if flat and cutoff > 0 else (math.inf if flat else 0.0)
     rcond = float(evals.abs()[keep].min() / scale) if bool(keep.any()) else 0.0
-    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond, hidden
+    return delta, "; ".join(notes) or "ill-conditioned (eigendecomposition solve)", flat, rcond, hidden, n_neg
 
 
 def shift_null_projector(
@@ -165,7 +168,11 @@ def cg_solve(
     Returns:
         ``(x, n_iter, exact)``: the step (``-g`` when the first direction already has
         non-positive curvature), the number of products, and whether the residual
-        target was met.
+        target was met with a trustworthy decrement: from ``x_0 = 0``,
+        ``-g^T x_k = sum_{j<k} alpha_j r_j^T P r_j > 0`` in exact arithmetic (each term
+        positive for ``p_j^T H p_j > 0``); where rounding broke that identity by more
+        than a factor 2 (a Hessian singular to working precision, e.g. every sample
+        saturated), ``-g^T x`` is no Newton decrement and ``exact`` is False.
     """
     if precondition is None:
         pre = jacobi_inverse(diag)
@@ -182,6 +189,7 @@ def cg_solve(
     z = precondition(r)
     p = z.clone()
     rz = float(r @ z)
+    decrease = 0.0  # sum_j alpha_j r_j^T P r_j
     n = 0
     for n in range(1, max_iter + 1):
         Ap = hvp(p)
@@ -190,12 +198,14 @@ def cg_solve(
             # Negative or zero curvature along p: keep what CG has (or -g at first).
             return (-g if n == 1 else x), n, False
         alpha = rz / pAp
+        decrease += alpha * rz
         x = x + alpha * p
         r = r - alpha * Ap
         z = precondition(r)
         rz_new = float(r @ z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
-            return x, n, True
+            gx = -float(g @ x)
+            return x, n, 0.5 * decrease <= gx <= 2.0 * decrease
         p = z + (rz_new / rz) * p
         rz = rz_new
     return x, n, False

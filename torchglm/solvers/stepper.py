@@ -38,13 +38,20 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    changes by less than its rounding error, a trial that lowers ``||g||`` is
    accepted instead; a rejected Newton-type trial whose predicted decrease
    ``-t g^T delta`` is below that rounding ends the fit as converged "to
-   working precision" (no step can be verified any more in this dtype).
+   working precision" (no step can be verified any more in this dtype), provided
+   the full step's ``lambda^2`` is itself at the resolution of E (``100 eps |E|``):
+   otherwise the quadratic model fails there and the fit ends unconverged. A
+   decrement certifies only when it is finite, non-negative and from a positive
+   (semi)definite system (an indefinite Hessian's modified step certifies nothing).
 3. **Direction** (the solver's own rule: Newton, Fisher scoring, CG, L-BFGS,
    gradient, one coordinate) from the accepted point, and the first trial step.
 
 ``max_iter`` accepted steps without convergence end the fit with a
 :class:`~torchglm.ConvergenceWarning` and ``converged=False``. Unpenalized
-classifiers are watched for separation (see :meth:`StepFitter._check_separation`).
+fits of families whose targets can sit on the boundary of the mean space
+(``Family.separable``) are watched for separation (see
+:meth:`StepFitter._check_separation`); a first-order phase ends as soon as a sample
+reaches that boundary, so that the Newton-type finish decides.
 """
 
 from __future__ import annotations
@@ -53,7 +60,14 @@ import math
 
 import torch
 
-from .._validation import ConvergenceWarning, NumericalWarning, SeparationWarning, check_positive, fail
+from .._validation import (
+    ConvergenceWarning,
+    NumericalWarning,
+    SeparationWarning,
+    check_class_weights,
+    check_positive,
+    fail,
+)
 from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from .base import FitResult, Fitter
 from .derivatives import (
@@ -99,8 +113,9 @@ class StepFitter(Fitter):
         dtype: computation dtype (batches are cast per pass when they differ).
         armijo: sufficient-decrease constant ``c``.
         max_halvings: consecutive rejected trials before the line search gives up.
-        detect_separation: watch unpenalized classifiers for separation (on the
-            Newton-type steps: every solver's, first-order ones while finishing).
+        detect_separation: watch unpenalized fits of ``Family.separable`` families for
+            separation (on the Newton-type steps: every solver's, first-order ones
+            while finishing).
         saturation: per-sample loss below which a fitted probability counts as
             numerically 0 or 1.
         handoff: a stage that another (higher-precision) stage continues: on
@@ -169,7 +184,9 @@ class StepFitter(Fitter):
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
         self.armijo, self.max_halvings = armijo, max_halvings
         self.dtype = self.compute_dtype(model, dtype)
-        self.detect_separation = detect_separation and model.l2 == 0 and model.family.is_classifier
+        # Every family whose targets can sit on the boundary of the mean space
+        # (``Family.separable``: a probability 0 or 1, a count's mean 0).
+        self.detect_separation = detect_separation and model.l2 == 0 and model.family.separable
         self.saturation = saturation
         self.handoff = handoff
         self.hessian_precision = hessian_precision
@@ -312,6 +329,11 @@ class StepFitter(Fitter):
             self._intercept_start(s)
             return False
         if self.base is None:
+            if s.y_sum.dim() == 1:
+                # The weight of every declared class (the first pass sums them): a class
+                # without samples has no finite estimate (its intercept runs to -inf),
+                # the rule of the data gate (``check_classes``) for data no gate saw.
+                check_class_weights("y", s.y_sum)
             if ok:
                 self._accept(s, 0.0)
             else:
@@ -404,9 +426,23 @@ class StepFitter(Fitter):
             }
         )
         scale = max(1.0, abs(loss))
+        # Samples whose fitted mean is numerically on the boundary where their target
+        # sits (Family.separable): a finite optimum, or separation.
+        at_boundary = self.detect_separation and s.n_saturated > 0
         if not self.newton_like:
             # A first-order rule (not scale-invariant): end this phase, finish with
             # Newton-type steps that verify the optimum.
+            if at_boundary and step > 0:
+                # First-order steps cannot tell separation from a finite optimum (their
+                # steps shrink either way); Newton's can (they shrink quadratically to a
+                # finite optimum and keep their length along a separating direction,
+                # :meth:`_check_separation`). The finish watches them from here, before
+                # the first-order phase drives the boundary samples' curvature to 0
+                # (there truncated CG returned a step predicting a decrease of 9e-5 on
+                # E = 3e-11, which no line search could take).
+                return self._begin_finish(
+                    f"{s.n_saturated} samples at the boundary of the mean space (separation?)", s
+                )
             if grad_norm <= self.gtol:
                 return self._begin_finish(f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}", s)
             if dec is not None and dec / 2 <= self.tol * scale:
@@ -419,7 +455,28 @@ class StepFitter(Fitter):
             # H0-length lambda0, H >= (1 - lambda0)^2 H0 (self-concordance; Boyd &
             # Vandenberghe 9.6), so g^T H^-1 g <= g^T H0^-1 g / (1 - lambda0)^2.
             bound = dec / (1 - self.light_lambda) ** 2 if stale and dec is not None else dec
-            certified = bound is not None and bound <= self.tol * scale and self.model_agrees
+            if bound is not None and not (math.isfinite(bound) and bound >= 0):
+                # g^T A^-1 g < 0 or not finite: A is not positive definite on the step's
+                # subspace in this arithmetic (CG on a Hessian singular to rounding), so
+                # the value is no decrement and certifies nothing; the step is not Newton's.
+                self._note(f"the Newton-type system gave a decrement {bound:.3g} (not a descent direction)")
+                self.solve_exact = False
+            certified = (
+                bound is not None
+                and math.isfinite(bound)
+                and 0 <= bound <= self.tol * scale
+                and self.model_agrees
+            )
+            had_step = self.prev_delta is not None
+            if not stale and self.detect_separation and self._check_separation(s, delta, step):
+                return None
+            if certified and at_boundary and (stale or not had_step or self.sep_streak > 0):
+                # With samples on the boundary, a small decrement is also what a
+                # separating direction shows (E - inf E -> 0 while the coefficients run
+                # off): it certifies only after a Newton step that did not keep the
+                # length and direction of the one before (the separation watch then
+                # either ends the fit or lets the next pass certify).
+                certified = False
             if certified and self.solve_exact and self.cg_direction and self.finish_curvature == "full":
                 # A Newton-CG decrement: confirm it at this point with the exact Hessian.
                 self.verify_full = True
@@ -444,8 +501,6 @@ class StepFitter(Fitter):
                 # Not verified (or the step's decrease was not the predicted one):
                 # evaluate this point again with its own curvature.
                 return self._reevaluate()
-            if self.detect_separation and self._check_separation(s, delta, step):
-                return None
             if (
                 s.hess is not None
                 and dec is not None
@@ -482,7 +537,8 @@ class StepFitter(Fitter):
         if not self.slope < 0:
             # Not a descent direction (rounding in a near-singular model): fall back to -g.
             self._note("the search direction was not a descent direction; used -gradient")
-            self.delta = -s.grad
+            # -g's slope says nothing about E - E*: no decrement for the stall rule.
+            self.delta, self.decrement, self.solve_exact = -s.grad, None, False
             self.slope = -float(s.grad @ s.grad)
         self.t = 1.0 if self.finishing else self.initial_step()
         self.theta = self.base_theta + self.t * self.delta
@@ -508,8 +564,9 @@ class StepFitter(Fitter):
             h = A.diagonal().abs()
             c = torch.zeros_like(self.N_count).index_add(0, self.N_col, h) / self.N_count
             A = A + self.N * c[self.N_col].unsqueeze(1)
+        own = A is s.hess  # this pass's exact Hessian (not a fixed or previous one)
         self.cg_direction = False
-        delta, note, flat, self.rcond, hidden = newton_direction(A, s.grad)
+        delta, note, flat, self.rcond, hidden, n_neg = newton_direction(A, s.grad)
         # Directions singular to working precision along which the quadratic model
         # still allows a decrease above the tolerance: the decrement cannot certify the
         # optimum there (a gradient 2e-13 along a direction of curvature below the cutoff
@@ -519,7 +576,11 @@ class StepFitter(Fitter):
         # reached 1e-11 > tol = 1e-12 on a dummy-variable trap.
         floor = max(self.tol, 10 * torch.finfo(self.dtype).eps)
         self.flat_gradient = flat if hidden > floor * max(1.0, abs(float(s.loss))) else 0.0
-        self.solve_exact = not self.flat_gradient
+        # An indefinite Hessian (a non-canonical link away from the optimum): the step
+        # with its negative eigenvalues flipped descends, but g^T |H|^-1 g is no
+        # decrement (the point is no minimum), so it certifies nothing. Only this pass's
+        # own Hessian: a fixed float32 one is indefinite by its rounding alone.
+        self.solve_exact = not self.flat_gradient and not (own and n_neg and s.curvature == "full")
         if note is not None:
             self._note(f"Hessian {note}")
         return delta, float(-(s.grad @ delta))
@@ -593,7 +654,28 @@ class StepFitter(Fitter):
         if stalled:
             # The predicted decrease is below the rounding of E: no step can be verified
             # (at once for Newton-type steps, whose full step predicts it; first-order
-            # steps first get a few halvings).
+            # steps first get a few halvings). That says the point is optimal only where
+            # the full step's predicted decrease lambda^2 (the estimate of E - E*) is
+            # itself at the resolution of E, ~100 eps |E| (as for the model's agreement
+            # in ``_accept``): a step predicting more that no halving down to rounding
+            # could take is a quadratic model that fails here, not an optimum.
+            dec = self.decrement
+            resolution = max(self.tol, 100 * torch.finfo(self.dtype).eps) * max(1.0, abs(f0))
+            if not (self.newton_like and dec is not None and 0 <= dec <= resolution):
+                why = "none (not a Newton-type direction)" if dec is None else f"{dec:.3g}"
+                if self.detect_separation and self.base.n_saturated:
+                    return self._report_separation(self.base, self.delta, "quasi-complete")
+                return self._finish(
+                    False,
+                    f"the line search stalled below the rounding of E with a predicted "
+                    f"decrease lambda^2 = {why} above it: not verified",
+                    warn=True,
+                )
+            if self.detect_separation and self.base.n_saturated and self.sep_streak > 0:
+                # Samples on the boundary, and the last full Newton step kept the length
+                # and direction of the one before: a separating direction whose further
+                # decrease of E is below its rounding, not an optimum.
+                return self._report_separation(self.base, self.delta, "quasi-complete")
             grad_norm = float(self.base.grad.abs().max())
             return self._finish(
                 True,
@@ -601,6 +683,8 @@ class StepFitter(Fitter):
                 f"decrease below rounding, gradient norm {grad_norm:.3g}",
             )
         if self.n_rejected > self.max_halvings:
+            if self.detect_separation and self.base.n_saturated and self.newton_like:
+                return self._report_separation(self.base, self.delta, "quasi-complete")
             why = "eta left the link's domain" if s.n_invalid else "no sufficient decrease"
             return self._finish(
                 False, f"line search failed after {self.max_halvings} halvings ({why})", warn=True
@@ -670,15 +754,20 @@ class StepFitter(Fitter):
         self.sep_streak = self.sep_streak + 1 if (dn >= 0.5 * pn and cos >= 0.9) else 0
         if self.sep_streak < 3:
             return False
-        direction = delta / dn
+        # Perfect separation drives the whole loss to 0 (geometrically, along Newton
+        # steps); quasi-complete separation leaves the loss of the overlapping samples.
+        losses = [h["loss"] for h in self.result.history[-2:]]
+        self._report_separation(s, delta, "perfect" if losses[-1] < 0.9 * losses[0] else "quasi-complete")
+        return True
+
+    def _report_separation(self, s: PassSums, delta: torch.Tensor, kind: str) -> None:
+        """End the fit unconverged with a :class:`~torchglm.SeparationWarning` naming the
+        coefficients that diverge (the largest entries of the direction ``delta``)."""
+        direction = delta / max(float(delta.norm()), 1e-300)
         names = parameter_names(self.model)
         big = (direction.abs() >= 0.1 * direction.abs().max()).nonzero().flatten().tolist()
         big.sort(key=lambda i: -abs(float(direction[i])))
         coefs = {names[i]: round(float(direction[i]), 4) for i in big}
-        # Perfect separation drives the whole loss to 0 (geometrically, along Newton
-        # steps); quasi-complete separation leaves the loss of the overlapping samples.
-        losses = [h["loss"] for h in self.result.history[-2:]]
-        kind = "perfect" if losses[-1] < 0.9 * losses[0] else "quasi-complete"
         info = {
             "kind": kind,
             "n_saturated": s.n_saturated,
@@ -687,15 +776,19 @@ class StepFitter(Fitter):
             "coefficients": coefs,
         }
         self.result.extra["separation"] = info
+        where = (
+            "probabilities numerically 0 or 1"
+            if self.model.family.is_classifier
+            else "means numerically on the boundary where their targets lie (0 or 1 for a proportion, 0 for a count)"
+        )
         msg = (
             f"{kind} separation: {s.n_saturated} of {s.n_samples} samples have fitted "
-            f"probabilities numerically 0 or 1 and the coefficients diverge along "
+            f"{where} and the coefficients diverge along "
             f"{coefs}; the unpenalized maximum-likelihood estimate does not exist. "
             f"Fit with an L2 penalty (l2 > 0, e.g. l2=1e-4) for finite coefficients."
         )
         _warn(msg, SeparationWarning)
         self._finish(False, msg)
-        return True
 
     def _finish(self, converged: bool, message: str, warn: bool = False) -> None:
         self.done = True

@@ -106,16 +106,19 @@ def test_bad_checkpoint_to_resume_leaves_the_run_dir(tmp_path, capsys, finished,
     if kind in bad:
         args += ["--resume", str(bad[kind])]
         message = "resume: expected a checkpoint written by train.py"
-    elif kind == "other_shape":  # a 3-class softmax checkpoint into the binary logistic config
+    elif kind == "other_shape":
+        # the binary logistic checkpoint (one row of weights) into a two-class softmax
+        # (two rows) on the same data: a 3-class softmax would be refused first, for its
+        # class without samples
         args += [
             "--resume",
             str(finished / "sgd" / "checkpoints" / "last.ckpt"),
             "--model.model.class_path",
             "torchglm.SoftmaxRegression",
             "--model.model.init_args.n_classes",
-            "3",
+            "2",
             "--data.n_classes",
-            "3",
+            "2",
         ]
         message = "resume: expected a checkpoint of this config's model"
     elif kind == "other_solver":

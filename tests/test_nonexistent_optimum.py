@@ -125,6 +125,33 @@ def test_no_solver_claims_a_nonexistent_optimum(case, solver):
     assert any(name in str(seps[0].message) for name in coefs)
 
 
+@pytest.mark.parametrize("l2", [0.0, 1e-2])
+@pytest.mark.parametrize(
+    "family, link, target",
+    [
+        ("poisson", "log", 0.0),
+        ("poisson", "identity", 0.0),
+        ("binomial", "logit", 1.0),
+        ("binomial", "probit", 0.0),
+    ],
+)
+@pytest.mark.parametrize("solver", ALL)
+def test_every_target_on_the_boundary_has_no_estimate_whatever_the_penalty(solver, family, link, target, l2):
+    """All counts 0, all proportions 1 or 0: the intercept-only MLE ``mu = ybar`` is on
+    the boundary, so no model with an (unpenalized) intercept has a finite estimate,
+    with or without an L2 penalty on the weights: unconverged, a SeparationWarning
+    naming the intercept, and no pass over the features."""
+    x = _design(seed=3)
+    model = GeneralizedLinearModel(2, family, link, dtype=F64, l2=l2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = fit(model, x, torch.full((100,), target, dtype=F64), solver=solver)
+    assert not r.converged and r.n_iter == 0, r.message
+    seps = [c for c in caught if issubclass(c.category, SeparationWarning)]
+    assert seps and "bias[0]" in str(seps[0].message)
+    assert r.extra["separation"]["coefficients"] == {"bias[0]": -1.0 if target == 0 else 1.0}
+
+
 @pytest.mark.parametrize("solver", ALL)
 def test_an_l2_penalty_gives_the_optimum_and_no_warning(solver):
     """With l2 > 0 the separated binary problem has its optimum: verified, no warning."""

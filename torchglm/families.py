@@ -173,6 +173,14 @@ class Family:
         """Boolean mask of the eta values whose mean lies in the family's domain."""
         return self._valid_mean(self.mean(eta))
 
+    def interior_mean(self, mu: torch.Tensor) -> torch.Tensor:
+        """Whether ``mu`` lies inside the open mean space (a probability in ``(0, 1)``,
+        a count's mean ``> 0``). The intercept-only MLE is ``mu = ybar``: where the
+        weighted mean target is on the boundary, every target is (all counts 0, all
+        proportions 0 or all 1), and no finite estimate exists for any model with an
+        intercept (McCullagh & Nelder §4.4.1: ``ybar`` is the intercept-only fit)."""
+        return self._valid_mean(mu)
+
     def _valid_mean(self, mu: torch.Tensor) -> torch.Tensor:
         return torch.isfinite(mu)
 
@@ -372,6 +380,9 @@ class _Binary(Family):
         # mu = 0 only by underflow (e^eta at eta = -1e4 for the log link): the NLL
         # -y eta stays finite there, so it is inside the domain.
         return (mu >= 0) & (mu < 1)
+
+    def interior_mean(self, mu):
+        return (mu > 0) & (mu < 1)
 
     def saturated_nll(self, y):
         return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))

@@ -326,6 +326,8 @@ class StepFitter(Fitter):
         if self.start_pending:
             # The start pass read only the targets: evaluate the (new) start next.
             self.start_pending = False
+            if self._targets_on_boundary(s):
+                return True
             self._intercept_start(s)
             return False
         if self.base is None:
@@ -704,6 +706,39 @@ class StepFitter(Fitter):
             return False
         self.theta = theta
         self.result.extra["start"] = "intercept-only"
+        return True
+
+    def _targets_on_boundary(self, s: PassSums) -> bool:
+        """Every target on the boundary of the mean space (the weighted mean ``ybar``
+        is: all counts 0, all proportions 0 or all 1): the intercept takes every
+        mean to the boundary whatever the penalty (the bias is never penalized; for
+        the canonical links ``eta -> -+inf``) and the weights to 0, so no estimate
+        exists. The fit ends unconverged with a
+        :class:`~torchglm.SeparationWarning` naming the intercept, at the start pass,
+        which reads only the targets (statsmodels refuses such data; scikit-learn
+        warns and returns ``-inf``)."""
+        family = self.model.family
+        if not family.separable or not float(s.weight_sum) > 0:
+            return False
+        ybar = (s.y_sum / s.weight_sum).reshape(1)
+        if bool(family.interior_mean(ybar).all()):
+            return False
+        names = parameter_names(self.model)
+        sign = -1.0 if float(ybar[0]) <= 0 else 1.0
+        msg = (
+            f"every target lies on the boundary of the mean's range (weighted mean {float(ybar[0]):g}): "
+            f"the likelihood rises as the intercept {names[-1]} takes every mean to that boundary, "
+            "which no linear predictor in the link's domain reaches, whatever the L2 penalty (the "
+            "intercept is not penalized); the maximum-likelihood estimate does not exist"
+        )
+        self.result.extra["separation"] = {
+            "kind": "boundary",
+            "n_saturated": s.n_samples,
+            "n_samples": s.n_samples,
+            "coefficients": {names[-1]: sign},
+        }
+        _warn(msg, SeparationWarning)
+        self._finish(False, msg)
         return True
 
     def _intercept_only(self, s: PassSums) -> torch.Tensor:

@@ -26,9 +26,7 @@ import re
 import shlex
 import signal
 import sys
-import threading
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,12 +39,13 @@ from pytorch_lightning.utilities.exceptions import SIGTERMException
 from .._validation import InputError, fail
 from ..data.module import GLMDataModule
 from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
+from .interrupt import Interrupted, interruptible
 from .predict import predict_main
 from .progress import Heartbeat
 from .rundir import RunDir, disk_error, next_version, signals_deferred
 from .task import GLMTask
 
-__all__ = ["GLMCLI", "Interrupted", "main", "run"]
+__all__ = ["GLMCLI", "main", "run"]
 
 TRAINER_DEFAULTS = {
     "max_epochs": 100,
@@ -263,48 +262,6 @@ def _describe(shapes: dict[str, tuple], names) -> str:
     return f"{len(names or [])} features, {params}"
 
 
-class Interrupted(BaseException):
-    """SIGTERM or SIGINT (Ctrl-C) arrived during a run.
-
-    Raised by the signal handler :func:`main` installs, wherever the run is (a
-    ``BaseException``, as ``KeyboardInterrupt``, so no ``except Exception`` swallows
-    it); Lightning's own SIGTERM handler only sets a flag its loops read between
-    batches, and ends them with ``SystemExit()``, i.e. status 0.
-
-    Attributes:
-        signum: the signal's number.
-    """
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = int(signum)
-
-    @property
-    def status(self) -> int:
-        """The exit status of a process ended by the signal, as the shell reports it: 128 + its number."""
-        return 128 + self.signum
-
-
-def _raise_interrupted(signum: int, frame) -> None:
-    raise Interrupted(signum)
-
-
-@contextmanager
-def _interruptible():
-    """SIGTERM and SIGINT raise :class:`Interrupted` inside the block. Lightning's
-    signal connector keeps this handler (it calls it after its own during fit,
-    validate and test, and puts it back afterwards)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    old = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for s, handler in old.items():
-            signal.signal(s, signal.SIG_DFL if handler is None else handler)
-
-
 def _file_identity(path: Path) -> tuple[int, int, int] | None:
     try:
         st = path.stat()
@@ -396,13 +353,12 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
     fit_seconds = task.fit_seconds()
     model_ckpt = run_dir / MODEL_CKPT
     best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
-    if task.fitter is None and best and not Path(best).exists() and model_ckpt.is_file():
-        # A resumed run that had already moved its best epoch to model.ckpt (it was
-        # killed while validating it, or had finished): that file is the reported model.
-        pass
-    elif task.fitter is None and best:
-        # sgd: the epoch with the lowest validation loss is the reported model.
-        if trainer.is_global_zero:
+    if task.fitter is None and best:
+        # sgd: the epoch with the lowest validation loss is the reported model. A
+        # resumed run whose fit had ended may have moved it to model.ckpt already (it
+        # was killed while that was validated, or had finished): then that file is it.
+        # Rank 0 alone decides: every rank reaches the same barrier.
+        if trainer.is_global_zero and (Path(best).exists() or not model_ckpt.is_file()):
             os.replace(best, model_ckpt)
         trainer.strategy.barrier("model_ckpt")
     else:
@@ -556,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             return predict_main(args[1:])
         if args and args[0] == "train":
             args = args[1:]
-        with _interruptible():
+        with interruptible():
             cli = GLMCLI(args=args)
             metrics = run(cli)
     except (InputError, argparse.ArgumentError) as err:

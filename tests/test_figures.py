@@ -64,3 +64,15 @@ def test_command_line_runs_one_figure_and_prints_its_numbers(tmp_path, capsys):
 def test_unknown_figure_name_is_an_input_error(tmp_path):
     with pytest.raises(InputError, match="figure"):
         make_figure("nope", str(tmp_path))
+
+
+def test_command_line_unknown_name_is_one_error_line(tmp_path, capsys):
+    """``torchglm figures NAME`` with an unknown name: exit 2, one ``error:`` line listing the names."""
+    from torchglm.training.entry import main as torchglm
+
+    assert torchglm(["figures", "nope", "--out", str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: figure: expected 'all' or one of"), lines
+    assert all(name in lines[0] for name in FIGURES) and "got 'nope'" in lines[0]
+    assert captured.out == "" and not list(tmp_path.iterdir())

@@ -444,3 +444,33 @@ def test_zero_and_sparse_columns_pass_the_underflow_gate():
     for t in (x, x.to_sparse_csr(), x.to_sparse()):
         with pytest.raises(InputError, match="first column 0"):
             check_magnitude("X", t)
+
+
+@pytest.mark.parametrize("l2", [math.inf, -math.inf, math.nan, -1.0])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda l2: LogisticRegression(2, l2=l2),
+        lambda l2: ProbitRegression(2, l2=l2),
+        lambda l2: SoftmaxRegression(2, 3, l2=l2),
+        lambda l2: GeneralizedLinearModel(2, "poisson", l2=l2),
+    ],
+    ids=["logistic", "probit", "softmax", "glm"],
+)
+def test_l2_must_be_finite_and_non_negative(make, l2):
+    """l2 = inf leaves no finite objective (inf at every w != 0, NaN at w = 0): refused
+    where every model checks its constructor arguments."""
+    with pytest.raises(InputError, match=r"^l2: expected a (finite )?non-negative number"):
+        make(l2)
+
+
+def test_l2_inf_from_a_scikit_learn_wrapper_is_refused():
+    from torchglm.sklearn import GLMRegressor
+    from torchglm.sklearn import LogisticRegression as SkLogistic
+
+    x, y = _data(n=40, d=2)
+    with pytest.raises(InputError, match="^l2: expected a finite non-negative number, got inf"):
+        GLMRegressor(family="gaussian", alpha=math.inf).fit(x.numpy(), y.numpy().astype(float))
+    # C so small that l2 = 1 / (C n) overflows to inf
+    with pytest.raises(InputError, match="^l2: expected a finite non-negative number, got inf"):
+        SkLogistic(C=1e-320).fit(x.numpy(), y.numpy())

@@ -36,7 +36,7 @@ import matplotlib
 import torch
 
 from . import plotting
-from ._validation import ConvergenceWarning, fail
+from ._validation import ConvergenceWarning, InputError, fail
 from .basis import GaussianRBF
 from .bayes import GaussianPrior, laplace_posterior, predictive, sample_posterior
 from .bayes.variational import variational_posterior
@@ -574,6 +574,8 @@ def make_figure(name: str, out: str, quick: bool = False) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``torchglm figures [NAME|all] --out DIR [--quick]``: returns the exit status
+    (0 ok; 2 and one line ``error: ...`` for an unknown name or an unwritable ``--out``)."""
     parser = argparse.ArgumentParser(
         prog="python -m torchglm.figures", description="Reproduce the lecture's figures from real fits."
     )
@@ -582,10 +584,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny data and iteration budgets")
     args = parser.parse_args(argv)
     names = list(FIGURES) if args.name == "all" else [args.name]
-    results = {}
-    for name in names:
-        results[name] = make_figure(name, args.out, args.quick)
-        print(json.dumps({name: results[name]}), flush=True)
+    try:
+        if args.name != "all" and args.name not in FIGURES:
+            # Before any figure is fitted: the name is checked, not the first figures' fits.
+            raise fail("figure", f"'all' or one of {list(FIGURES)}", repr(args.name))
+        for name in names:
+            try:
+                result = make_figure(name, args.out, args.quick)
+            except OSError as err:
+                raise fail("out", "a writable directory", f"'{args.out}' ({err.strerror or err})") from None
+            print(json.dumps({name: result}), flush=True)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0
 
 

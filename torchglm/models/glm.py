@@ -15,6 +15,8 @@ Gaussian prior ``w ~ N(0, lambda I)`` of seed 003 with ``l2 = 1 / (lambda sum_i 
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -86,7 +88,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         family: a name from :data:`torchglm.families.FAMILIES` or a ``Family``.
         link: a link name; ``None`` takes the family's canonical link.
         n_classes: number of classes ``K`` for the categorical family.
-        l2: L2 penalty strength on the weights (the bias is not penalized).
+        l2: L2 penalty strength on the weights, finite and ``>= 0`` (the bias is not penalized).
         fit_intercept: include the bias ``w0``.
         dtype: parameter dtype (float64 is the default for Newton-type solvers).
 
@@ -110,6 +112,11 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         if not isinstance(n_features, int) or n_features < 1:
             raise fail("n_features", "a positive integer", n_features)
         check_positive("l2", l2, allow_zero=True)
+        if not math.isfinite(l2):
+            # l2 = inf: the objective is infinite at every w != 0 (and NaN-valued,
+            # inf * 0, at w = 0): no fit, only NaNs. Every model, config and
+            # scikit-learn wrapper (alpha, l2 = 1 / (C n)) builds through here.
+            raise fail("l2", "a finite non-negative number", l2)
         self.family = get_family(family, link)
         if self.family.is_classifier and not self.family.multi_output:
             n_classes = 2 if n_classes is None else n_classes

@@ -11,7 +11,9 @@ a run's model (:mod:`.predict`).
 Bad input (a config, data or checkpoint error) prints one line ``error: <what is
 wrong>`` and exits with status 2, and the run directory is left as it was before
 the command (:class:`.rundir.RunDir`); ``metrics.json`` and ``model.ckpt`` are
-written atomically, so they are either complete or absent.
+written atomically, so they are either complete or absent. A full disk is reported
+the same way. SIGTERM or Ctrl-C ends a run with status 143 or 130 and one line
+giving the ``--resume`` command that goes on from its last checkpoint.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import logging
 import os
 import pickle
 import re
+import shlex
+import shutil
+import signal
 import sys
 import warnings
 from contextlib import contextmanager
@@ -32,13 +37,15 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
+from pytorch_lightning.utilities.exceptions import SIGTERMException
 
 from .._validation import InputError, fail
 from ..data.module import GLMDataModule
 from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
+from .interrupt import Interrupted, interruptible
 from .predict import predict_main
 from .progress import Heartbeat
-from .rundir import RunDir, next_version
+from .rundir import RunDir, disk_error, next_version, signals_deferred
 from .task import GLMTask
 
 __all__ = ["GLMCLI", "main", "run"]
@@ -93,7 +100,9 @@ class GLMCLI(LightningCLI):
             type=str | None,
             default=None,
             help="Go on with an interrupted run: RUN_DIR/checkpoints/last.ckpt (written after "
-            "every epoch) with the same config and --run_dir.",
+            "every epoch) with the same config and --run_dir (trainer settings such as "
+            "max_epochs may change; the model and data must not). A run whose fit had ended "
+            "is validated and tested again.",
         )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
@@ -133,6 +142,72 @@ class GLMCLI(LightningCLI):
         return trainer
 
 
+#: Config keys under ``model`` and ``data`` that a ``--resume`` may change: what a
+#: run reports (metrics), how the same steps are executed (SGD step blocks, CUDA
+#: graphs, evaluation batches), and where the data file lies (its rows are compared
+#: by :meth:`GLMDataModule.fingerprint`). Everything else under ``model`` and ``data``
+#: defines the fit and must equal the checkpoint's; ``trainer`` (``max_epochs``,
+#: devices, ...), ``checkpoint``, ``early_stopping``, ``seed_everything``, ``run_dir``
+#: and ``resume`` are not compared.
+RESUME_MAY_CHANGE = (
+    "model.train_metrics",
+    "model.ece_bins",
+    "model.steps_per_block",
+    "model.cuda_graphs",
+    "data.eval_batch_size",
+    "data.source",
+)
+
+
+def _config_fingerprint(config) -> dict[str, Any]:
+    """The flattened ``model.*`` and ``data.*`` config values a resumed fit must
+    share, as plain JSON data (checkpoints load with ``weights_only=True``)."""
+    flat = _flat(config.as_dict() if hasattr(config, "as_dict") else dict(config))
+    kept = {
+        k: v
+        for k, v in flat.items()
+        if k.startswith(("model.", "data."))
+        and not any(k == c or k.startswith(c + ".") for c in RESUME_MAY_CHANGE)
+    }
+    return json.loads(json.dumps(kept, sort_keys=True, default=str))
+
+
+def _check_same_fit(mine: dict[str, Any], theirs: dict[str, Any], path: str) -> None:
+    """The resumed checkpoint's fingerprint (config and data) equals this run's.
+
+    Raises:
+        InputError: naming the first config key that differs, or the data's rows and digests.
+    """
+    absent = "(absent)"
+    a, b = mine["config"], theirs.get("config", {})
+    differ = [k for k in sorted(set(a) | set(b)) if a.get(k, absent) != b.get(k, absent)]
+    if differ:
+        k = differ[0]
+        more = (
+            f"; {len(differ) - 1} more: {', '.join(differ[1:4])}{', ...' if len(differ) > 4 else ''}"
+            if len(differ) > 1
+            else ""
+        )
+        raise fail(
+            "resume",
+            "a checkpoint of a fit with this config (a resumed run may change trainer, "
+            "checkpoint and early_stopping settings, not the model or data)",
+            f"'{path}' ({k}: {b.get(k, absent)!r} in the checkpoint, {a.get(k, absent)!r} here{more})",
+        )
+    if mine["data"] != theirs.get("data"):
+        raise fail(
+            "resume",
+            f"a checkpoint of a fit on this config's data ({_describe_data(mine['data'])})",
+            f"'{path}' (a fit on other data: {_describe_data(theirs.get('data') or {})})",
+        )
+
+
+def _describe_data(fp: dict[str, Any]) -> str:
+    rows = fp.get("rows", {})
+    sizes = "/".join(str(rows.get(k, "?")) for k in ("train", "val", "test"))
+    return f"{sizes} train/val/test rows, {fp.get('n_features', '?')} features, digest {str(fp.get('digest', '?'))[:12]}"
+
+
 def _resolve_run_dir(config) -> Path:
     if config.get("run_dir"):
         return Path(config["run_dir"])
@@ -148,10 +223,12 @@ def _is_primary() -> bool:
 
 
 def _check_resumable(ckpt: dict[str, Any], task: GLMTask, path: str) -> None:
-    """The checkpoint must come from a fit of this config's model with this solver.
+    """The checkpoint must come from a fit of this config's model with this solver,
+    on this data (:data:`RESUME_MAY_CHANGE`: the config keys that may differ).
 
     Raises:
-        InputError: another solver, another model or parameter shape, other features.
+        InputError: another solver, another model or parameter shape, other features,
+            another config or other data.
     """
     solver = ckpt.get("hyper_parameters", {}).get("solver")
     if solver != task.solver:
@@ -178,11 +255,22 @@ def _check_resumable(ckpt: dict[str, Any], task: GLMTask, path: str) -> None:
             f"a checkpoint of this config's model ({_describe(want, task.feature_names)})",
             f"'{path}' ({_describe(got, ckpt['torchglm'].get('feature_names'))})",
         )
+    theirs = ckpt["torchglm"].get("fingerprint")
+    if theirs is not None and task.fingerprint is not None:  # none in checkpoints of older versions
+        _check_same_fit(task.fingerprint, theirs, path)
 
 
 def _describe(shapes: dict[str, tuple], names) -> str:
     params = ", ".join(f"{k.split('.', 1)[1]} {list(v)}" for k, v in shapes.items())
     return f"{len(names or [])} features, {params}"
+
+
+def _file_identity(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
 
 
 def run(cli: GLMCLI) -> dict[str, Any]:
@@ -198,7 +286,16 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             is a file or is in use; a numerical failure caused by the data.
     """
     task, dm, trainer = cli.model, cli.datamodule, cli.trainer
+    for key in ("max_epochs", "max_steps"):
+        if getattr(trainer, key) == 0:
+            # Lightning would "fit" nothing and report the initial weights as a model.
+            raise fail(
+                f"trainer.{key}",
+                "at least 1 (or -1: until the solver's stopping rule or early stopping ends the fit)",
+                "0 (nothing to fit)",
+            )
     task.build(dm)
+    task.fingerprint = {"config": _config_fingerprint(cli.config), "data": dm.fingerprint()}
     resume = cli.config.get("resume")
     if resume is not None:
         if not Path(resume).exists():
@@ -210,6 +307,8 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             )
         _check_resumable(load_checkpoint(resume, "resume"), task, resume)
     run_dir = Path(cli.run_dir)
+    last = run_dir / "checkpoints" / "last.ckpt"
+    last_before = _file_identity(last)
     rd = RunDir(run_dir, primary=_is_primary())
     try:
         metrics = _fit_and_report(cli, task, dm, trainer, run_dir, resume)
@@ -224,9 +323,26 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             f"a numerical failure ({_one_line(err)}); "
             "standardize the features (data.standardize: true) or rescale them",
         ) from None
+    except OSError as err:
+        # A full disk (ENOSPC), a file size limit (EFBIG), a read-only file system:
+        # the environment, not a bug; what the run wrote is as unusable as after bad input.
+        rd.rollback()
+        raise disk_error(run_dir, err) from None
+    except (Interrupted, SIGTERMException) as err:
+        if _file_identity(last) != last_before:
+            # An epoch ended in this run: keep its state for --resume, without the
+            # temporary file of a write the signal cut short.
+            with signals_deferred():
+                rd.remove_temporaries()
+                rd.commit()
+        else:
+            # Nothing to resume from that was not there before: as it was.
+            rd.rollback()
+        if isinstance(err, Interrupted):
+            raise
+        raise Interrupted(signal.SIGTERM) from None
     except BaseException:
-        # A crash or Ctrl-C (Lightning exits with SystemExit(1)) keeps what the run
-        # wrote, last.ckpt included, for --resume.
+        # A crash keeps what the run wrote, last.ckpt included, for --resume.
         rd.commit()
         raise
     rd.commit()
@@ -255,9 +371,13 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
     try:
         best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
         if task.fitter is None and best:
-            # sgd: the epoch with the lowest validation loss is the reported model.
+            # sgd: the epoch with the lowest validation loss is the reported model. It
+            # is copied (and removed only once the run has succeeded), so a run killed
+            # while reporting still has it on --resume; a resumed run whose fit had
+            # ended and whose best epoch was reported already reports model.ckpt again.
+            # Rank 0 alone decides: every rank reaches the same barrier.
             if trainer.is_global_zero:
-                os.replace(best, staged)
+                shutil.copyfile(best if Path(best).exists() else model_ckpt, staged)
         else:
             # Pass-based: the solver's final estimate (its stopping rule, not the epoch
             # with the best validation loss; the trainer may stop before validating it);
@@ -295,6 +415,8 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
             _log_to_tensorboard(trainer, cli.config, metrics, result)
             _write_json_atomic(run_dir / "metrics.json", metrics)
             os.replace(staged, model_ckpt)
+            if task.fitter is None and best:
+                Path(best).unlink(missing_ok=True)
     finally:
         if trainer.is_global_zero:
             staged.unlink(missing_ok=True)
@@ -402,6 +524,8 @@ def configure_console(verbose: bool) -> None:
         # Full-batch fits have one step per epoch, fewer than the logging interval.
         warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        # A rerun or --resume writes into its own run directory's checkpoints/ on purpose.
+        warnings.filterwarnings("ignore", message=".*Checkpoint directory .* exists and is not empty.*")
 
 
 def _short_warning(message, category, filename, lineno, line=None) -> str:
@@ -409,7 +533,9 @@ def _short_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``torchglm train`` / ``train.py``: returns the exit status (0 ok, 2 bad input).
+    """``torchglm train`` / ``train.py``: returns the exit status (0 ok, 2 bad input,
+    128 + the signal's number when SIGTERM (143) or SIGINT, Ctrl-C (130), ended the
+    run: one line on stderr then gives the ``--resume`` command that goes on).
 
     ``predict`` as the first argument runs :func:`.predict.predict_main`; ``-v``
     (anywhere) keeps Lightning's informational output.
@@ -418,21 +544,55 @@ def main(argv: list[str] | None = None) -> int:
     verbose = any(a in ("-v", "--verbose") for a in args)
     args = [a for a in args if a not in ("-v", "--verbose")]
     configure_console(verbose)
+    cli = None
     try:
         if args and args[0] == "predict":
             return predict_main(args[1:])
         if args and args[0] == "train":
             args = args[1:]
-        cli = GLMCLI(args=args)
-        metrics = run(cli)
+        with interruptible():
+            cli = GLMCLI(args=args)
+            metrics = run(cli)
     except (InputError, argparse.ArgumentError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         _leave_process_group()
         return 2
+    except Interrupted as err:
+        if _is_primary():
+            print(_interrupted_message(err, args, getattr(cli, "run_dir", None)), file=sys.stderr)
+        return err.status
     if cli.trainer.is_global_zero:
         print(format_table(metrics))
     _leave_process_group()
     return 0
+
+
+def _interrupted_message(err: Interrupted, args: list[str], run_dir: Path | None) -> str:
+    """One line: what the interruption left and the command that goes on from there."""
+    what = f"interrupted by {signal.Signals(err.signum).name}"
+    if run_dir is None:
+        return f"{what} before the run started: nothing was written"
+    last = Path(run_dir) / "checkpoints" / "last.ckpt"
+    if last.is_file():
+        command = _command(args, "--run_dir", str(run_dir), "--resume", str(last))
+        return f"{what}: the run stopped at its last checkpoint; resume it with: {command}"
+    command = _command(args, "--run_dir", str(run_dir))
+    return f"{what} before its first epoch ended: nothing to resume; run it again with: {command}"
+
+
+def _command(args: list[str], *extra: str) -> str:
+    """This command line (``torchglm train`` or ``python3 train.py``) with its
+    ``--run_dir`` and ``--resume`` replaced by ``extra``."""
+    kept, skip = [], False
+    for a in args:
+        if skip:
+            skip = False
+        elif a in ("--run_dir", "--resume"):
+            skip = True
+        elif not a.startswith(("--run_dir=", "--resume=")):
+            kept.append(a)
+    prog = ["python3", sys.argv[0]] if Path(sys.argv[0]).name == "train.py" else ["torchglm", "train"]
+    return shlex.join([*prog, *kept, *extra])
 
 
 def _leave_process_group() -> None:

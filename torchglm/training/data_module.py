@@ -11,6 +11,7 @@ that many batches (the same batches, in the same order).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any, Literal, Sequence
 
@@ -430,6 +431,28 @@ class GLMDataModule(pl.LightningDataModule):
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._generator.set_state(state_dict["shuffle_generator"])
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What identifies the data of a fit, stored in its checkpoints so that
+        ``--resume`` refuses other data: the rows per split, the number of features
+        and a BLAKE2b digest of every split's tensors as the model sees them (split,
+        standardized, labels as integers; features, targets, weights and offsets).
+        The same data read again give the same bytes, whatever file they come from.
+        Plain ``str``/``int`` values (checkpoints load with ``weights_only=True``).
+        """
+        self._require_setup()
+        digest = hashlib.blake2b(digest_size=16)
+        for name, (x, y) in self._splits.items():
+            for t in (x, y, *self._extras[name]):
+                if t is not None:
+                    t = t.detach().cpu().contiguous()
+                    digest.update(f"{name} {t.dtype} {tuple(t.shape)};".encode())
+                    digest.update(t.numpy())  # the buffer itself, no copy
+        return {
+            "rows": {k: int(v[0].shape[0]) for k, v in self._splits.items()},
+            "n_features": self.n_features,
+            "digest": digest.hexdigest(),
+        }
 
     def summary(self) -> dict[str, Any]:
         """Sizes and settings, for logs and ``metrics.json``."""

@@ -6,6 +6,7 @@ so ``torchglm --help`` answers at once.
 
 from __future__ import annotations
 
+import signal
 import sys
 
 __all__ = ["main", "short_help"]
@@ -83,6 +84,15 @@ def main(argv: list[str] | None = None) -> int:
         elif "-h" in args or "--help" in args:
             print(short_help())
             return 0
-    from .cli import main as cli_main
+    from .interrupt import Interrupted, interruptible
 
+    try:
+        with interruptible():  # Lightning's import takes seconds
+            from .cli import main as cli_main
+    except Interrupted as err:
+        print(
+            f"interrupted by {signal.Signals(err.signum).name} before the run started: nothing was written",
+            file=sys.stderr,
+        )
+        return err.status
     return cli_main(args)

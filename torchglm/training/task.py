@@ -38,6 +38,7 @@ import torch
 from pytorch_lightning.cli import LRSchedulerCallable, OptimizerCallable
 from pytorch_lightning.plugins.precision import MixedPrecision, Precision
 from pytorch_lightning.strategies import SingleDeviceStrategy
+from pytorch_lightning.trainer.states import TrainerFn
 from pytorch_lightning.utilities.exceptions import MisconfigurationException
 from pytorch_lightning.utilities.model_helpers import is_overridden
 from torch import nn
@@ -207,6 +208,11 @@ class GLMTask(pl.LightningModule):
         self.fitter = None
         self._resumed_fit: dict[str, Any] | None = None
         self._resumed_fitter_state: dict[str, Any] | None = None
+        # Whether the resumed fit's solver had met its stopping rule (fitter.done).
+        self._resumed_done = False
+        #: What --resume compares (train.py sets it: the config and data the fit
+        #: depends on); saved in every checkpoint as plain data.
+        self.fingerprint: dict[str, Any] | None = None
         # Fit time of the earlier (resumed-from) parts of this fit, and this part's start.
         self.fit_seconds_before = 0.0
         self._fit_start: float | None = None
@@ -362,6 +368,13 @@ class GLMTask(pl.LightningModule):
             "dtype": str(self.data_dtype).removeprefix("torch."),
         }
         checkpoint["torchglm"]["fit_seconds"] = self.fit_seconds()
+        if self.fingerprint is not None:
+            checkpoint["torchglm"]["fingerprint"] = self.fingerprint
+        if self._trainer is not None:
+            # Whether the fit had ended before max_epochs (the solver's stopping rule
+            # or early stopping): Lightning does not checkpoint should_stop, and a
+            # resumed fit that had ended must not take another epoch.
+            checkpoint["torchglm"]["stopped"] = bool(self.trainer.should_stop)
         if self.fitter is not None:
             # The pass-based fit's record; the model's parameters hold its last
             # accepted point, from which a resumed fit re-evaluates and goes on
@@ -369,6 +382,7 @@ class GLMTask(pl.LightningModule):
             checkpoint["torchglm"]["fit_result"] = self.fitter.result
             if hasattr(self.fitter, "state_dict"):
                 checkpoint["torchglm"]["fitter_state"] = self.fitter.state_dict()
+            checkpoint["torchglm"]["fitter_done"] = bool(self.fitter.done)
         else:
             checkpoint["torchglm"]["epoch_history"] = list(self._history)
         # Plain data only, so that the checkpoint loads with weights_only=True (a
@@ -440,6 +454,13 @@ class GLMTask(pl.LightningModule):
         self._resumed_fitter_state = checkpoint["torchglm"].get("fitter_state")
         self.fit_seconds_before = float(checkpoint["torchglm"].get("fit_seconds", 0.0))
         self._history = list(checkpoint["torchglm"].get("epoch_history", []))
+        self._resumed_done = bool(checkpoint["torchglm"].get("fitter_done", False))
+        if (
+            checkpoint["torchglm"].get("stopped")
+            and self._trainer is not None
+            and self.trainer.state.fn == TrainerFn.FITTING
+        ):
+            self.trainer.should_stop = True
         if self.model is not None:
             return
         meta = checkpoint["torchglm"]
@@ -863,11 +884,25 @@ class GLMTask(pl.LightningModule):
         self.fit_seconds_before, self._fit_start = self.fit_seconds(), None
         if self._graph is not None:
             self._graph.graph = None  # the recording's memory (its count stays)
+        self._conclude(self.fitter is None or self.fitter.done)
+
+    def on_fit_end(self) -> None:
+        if self.fit_result is None:
+            # A resumed fit that had ended (max_epochs reached, the solver's stopping
+            # rule, early stopping; or killed while its result was being validated):
+            # Lightning ran no epoch and no on_train_end. Its result is the
+            # checkpointed record, concluded as that run's on_train_end did.
+            self._conclude(self._resumed_done)
+
+    def _conclude(self, done: bool) -> None:
+        """Mark the model fitted and set :attr:`fit_result` (``done``: the pass-based
+        solver met its own stopping rule)."""
         self.model.mark_fitted()
-        if self.solver != "sgd" and not self.fitter.done:
+        if self.solver != "sgd":
+            self.fit_result = self.fitter.result
+        if self.solver != "sgd" and not done:
             # Never hide non-convergence: the trainer (max_epochs, early stopping)
             # ended the fit before the solver's stopping rule held.
-            self.fit_result = self.fitter.result
             self.fit_result.converged = False
             self.fit_result.message = (
                 f"stopped by the trainer after {self.current_epoch} passes, before "

@@ -887,11 +887,12 @@ class GLMTask(pl.LightningModule):
         self._conclude(self.fitter is None or self.fitter.done)
 
     def on_fit_end(self) -> None:
-        if self.fit_result is None:
+        if self.fit_result is None and self.trainer.global_step > 0:
             # A resumed fit that had ended (max_epochs reached, the solver's stopping
             # rule, early stopping; or killed while its result was being validated):
             # Lightning ran no epoch and no on_train_end. Its result is the
-            # checkpointed record, concluded as that run's on_train_end did.
+            # checkpointed record, concluded as that run's on_train_end did. (A fit
+            # that never trained, global_step 0, stays unfitted: nothing to report.)
             self._conclude(self._resumed_done)
 
     def _conclude(self, done: bool) -> None:

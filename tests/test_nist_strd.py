@@ -20,7 +20,7 @@ import torch
 from torchglm import ConvergenceWarning
 from torchglm.data import load_dataset
 from torchglm.data.nist import NIST_LLS
-from torchglm.inference import glm_results
+from torchglm.inference import fit_glm, glm_results
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS, fit
 
@@ -107,6 +107,19 @@ def test_certified_standard_deviations(name):
         assert max(abs(s) / abs(c) for s, c in zip(sd, p.coef)) < 1e-8
     if p.residual_sd is not None:
         assert _digits([res.scale**0.5], [p.residual_sd]) >= 12.5
+
+
+@pytest.mark.parametrize("name", list(NIST_LLS))
+def test_fit_glm_default_is_least_squares_by_qr(name):
+    """``fit_glm``'s default solver for the Gaussian identity link is QR, and keeps its
+    certified digits (IRLS, its former default, solves the normal equations: 0 digits on
+    Filip, 6.4 on Wampler5); the solver that ran is recorded."""
+    p, x, y, model = _problem(name)
+    res = fit_glm(model, x, y)
+    assert res.solver == "qr" and res.converged
+    assert _digits(_certified_order(model, res.params), p.coef) >= COEF_DIGITS[name]
+    if name in SD_DIGITS:
+        assert _digits(_certified_order(model, res.bse), p.sd) >= SD_DIGITS[name]
 
 
 @pytest.mark.parametrize("solver", sorted(SOLVERS))

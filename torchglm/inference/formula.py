@@ -241,7 +241,7 @@ def glm(
     offset=None,
     exposure=None,
     missing: str = "raise",
-    solver: str = "irls",
+    solver: str = "auto",
     alpha: float = 0.05,
     use_t: bool = False,
     information: str | None = None,

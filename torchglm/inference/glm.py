@@ -3,6 +3,7 @@ covariance and tests -> notes) and ``fit_glm``, which fits and reports in one ca
 
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Iterable, NamedTuple
 
@@ -26,7 +27,7 @@ from .observations import check_cov_type, check_row_order, group_codes, robust_c
 from .results import _COV_DESCRIPTIONS, GLMResults, _FitContext
 from .statistics import _categorical_stats, _FitStats, _log_likelihood, _scalar_stats
 
-__all__ = ["glm_results", "fit_glm"]
+__all__ = ["glm_results", "fit_glm", "glm_solver"]
 
 
 def glm_results(
@@ -401,13 +402,34 @@ def _notes(
     return notes
 
 
+def glm_solver(model, x, options: dict) -> str:
+    """The solver :func:`fit_glm`'s ``"auto"`` picks: ``qr`` for the Gaussian family with
+    its identity link, ``irls`` (Fisher scoring, R's and statsmodels' ``glm``) otherwise.
+
+    Least squares by IRLS (one Newton step) solves the normal equations, whose
+    condition number is ``cond(X~)^2``: on NIST's Filip (``cond ~ 1e15`` after
+    centring) no digit is left, where Householder QR keeps about 7.5 (its error grows
+    like ``eps cond(X~)``; Higham, "Accuracy and Stability of Numerical Algorithms",
+    2002, 19.3). QR takes batches, offsets, weights and the L2 penalty; a sparse design
+    (densified per batch there) and options QR does not take (e.g. ``gtol``) keep IRLS.
+    """
+    if not model.family.least_squares or x.layout != torch.strided:
+        return "irls"
+    from ..solvers.api import fit
+    from ..solvers.least_squares import QRFitter
+
+    # fit's own arguments (batch_size, dtype, ...) and QR's options
+    taken = set(inspect.signature(QRFitter.__init__).parameters) | set(inspect.signature(fit).parameters)
+    return "qr" if set(options) <= taken else "irls"
+
+
 def fit_glm(
     model,
     x,
     y,
     weight=None,
     offset=None,
-    solver: str = "irls",
+    solver: str = "auto",
     *,
     alpha: float = 0.05,
     use_t: bool = False,
@@ -420,6 +442,10 @@ def fit_glm(
     **options,
 ) -> GLMResults:
     """Fit ``model`` with ``solver`` (see :func:`torchglm.solvers.fit`) and return its :class:`GLMResults`.
+
+    ``solver="auto"`` (the default) is :func:`glm_solver`'s choice: Householder QR for
+    the Gaussian family with the identity link, IRLS otherwise; ``fit_result.extra``
+    records ``solver_choice="auto"`` and ``fit_result.solver`` the solver that ran.
 
     ``x``, ``y``, ``weight``, ``offset`` may be tensors or array-likes (NumPy, pandas,
     scipy.sparse); a DataFrame's column names name the coefficients. ``cov_type`` and
@@ -472,7 +498,9 @@ def fit_glm(
         group_codes(groups, x.shape[0])  # one label per row, checked before the fit
     var = None if var_weights is None else _var_weights(var_weights, x)
     prior = var if weight is None else (weight if var is None else weight * var)
-    fit_result = model.fit(x, y, weight=prior, offset=offset, solver=solver, **options)
+    name = glm_solver(model, x, options) if solver == "auto" else solver
+    fit_result = model.fit(x, y, weight=prior, offset=offset, solver=name, **options)
+    fit_result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
     model.feature_names = names
     return glm_results(
         model,

@@ -413,10 +413,14 @@ class PassSums:
         for t in (self.hess, self.diag):
             if t is not None:
                 finite = finite & torch.isfinite(t).all()
-        invalid, saturated, n, n_offset, overflow = torch.cat(
-            [self.counts, (~finite).to(self.counts.dtype).reshape(1)]
+        no_loss = ~torch.isfinite(self.loss_sum)
+        invalid, saturated, n, n_offset, overflow, infinite = torch.cat(
+            [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
         ).tolist()
         self.n_invalid = int(invalid) + int(overflow)
+        # A point without a likelihood (eta outside the link's domain, or a target of zero
+        # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
+        self.no_likelihood = invalid > 0 or infinite > 0
         self.n_saturated = int(saturated)
         self.n_samples = int(n)
         self.n_offset = int(n_offset)

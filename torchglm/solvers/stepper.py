@@ -69,6 +69,7 @@ from .._validation import (
     fail,
 )
 from .._validation import warn as _warn  # (_finish has a `warn` flag)
+from ..passes import all_reduce_sum
 from .base import FitResult, Fitter
 from .derivatives import (
     HESSIAN_PRECISIONS,
@@ -90,6 +91,11 @@ __all__ = ["FINISH_MAX_STEPS", "NEWTON_MAX_COST", "StepFitter"]
 #: a gradient pass 21 ms, and float32 Newton + polish (0.287 s) beat L-BFGS with its
 #: verifying Hessian pass (0.315 s); at d~ = 501 L-BFGS with a Newton-CG finish wins 3x.
 NEWTON_MAX_COST = 128
+#: The message of a start with no finite loss, gradient or curvature (not a domain problem).
+_NO_USABLE_START = (
+    "the starting point gives eta outside the link's domain, or a loss or derivatives "
+    "that are not finite in this dtype (rescale the features)"
+)
 #: Newton-type steps a first-order fit may take to finish after its own rule stopped.
 FINISH_MAX_STEPS = 100
 
@@ -254,6 +260,9 @@ class StepFitter(Fitter):
         # model b = g(ybar) instead (as R's glm and statsmodels do): from 0, counts of
         # 1e15 need steps of exp(35) that no line search can take.
         self.start_pending = has_bias and not model.family.multi_output and not bool(self.theta.any())
+        # The data-based start (``_data_start``): pending while its pass runs, tried once.
+        self.data_start: DataStart | None = None
+        self.data_start_tried = False
 
     # -- resuming (a Trainer's checkpoint) -------------------------------------------
     def state_dict(self) -> dict:
@@ -302,6 +311,8 @@ class StepFitter(Fitter):
     def start_pass(self) -> None:
         if self.sparse_cache:
             SparseRows.evict_unseen(self.sparse_cache)
+        if self.data_start is not None:
+            return  # this pass sums the data start's weighted least squares
         self.sums = PassSums(
             self.model,
             self.theta,
@@ -314,11 +325,23 @@ class StepFitter(Fitter):
         )
 
     def accumulate(self, batch) -> None:
-        self.sums.add(batch)
+        if self.data_start is not None:
+            self.data_start.add(batch)
+        else:
+            self.sums.add(batch)
 
     def end_pass(self) -> bool:
         if self.done:
             return True
+        if self.data_start is not None:
+            self.n_passes += 1
+            theta, self.data_start = self.data_start.solve(), None
+            if theta is None:
+                self._no_valid_start()
+            else:
+                self.theta = theta.to(self.theta.device)
+                self.result.extra["start"] = "weighted least squares from the data (mu0 from y)"
+            return self.done
         s = self.sums.finish()
         self.n_passes += 1
         loss = float(s.loss)
@@ -749,18 +772,45 @@ class StepFitter(Fitter):
 
     def _restart_or_fail(self, s: PassSums) -> None:
         """The starting point is outside the link's domain: start from the
-        intercept-only fit ``b = g(mean(y))``, ``W = 0`` (once)."""
+        intercept-only fit ``b = g(mean(y))``, ``W = 0`` (once); where there is no
+        intercept, or that start is outside the domain too, from the data
+        (:meth:`_data_start`, once, where the start has no likelihood: not for finite
+        sums that overflowed, which no other start cures); else fail saying so."""
         model = self.model
-        if self.restarted or not model.has_intercept or model.family.multi_output:
-            return self._finish(
-                False,
-                "the starting point gives eta outside the link's domain, or a loss or derivatives "
-                "that are not finite in this dtype (rescale the features)",
-                warn=True,
-            )
-        self.restarted = True
-        self.theta = self._intercept_only(s)
-        self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
+        if model.family.multi_output:
+            return self._finish(False, _NO_USABLE_START, warn=True)
+        if not self.restarted and model.has_intercept:
+            self.restarted = True
+            self.theta = self._intercept_only(s)
+            self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
+            return None
+        if not self.data_start_tried and s.no_likelihood and float(s.weight_sum) > 0:
+            return self._data_start(s)  # a domain problem (not an overflow): start from the data
+        if self.data_start_tried:
+            return self._no_valid_start()
+        return self._finish(False, _NO_USABLE_START, warn=True)
+
+    def _data_start(self, s: PassSums) -> None:
+        """Start from the data, as R's ``glm`` and statsmodels do: the next pass sums one
+        weighted least-squares problem of IRLS at ``mu0`` from the targets
+        (:class:`DataStart`), whose solution is the start. Only where the given (zero)
+        start and the intercept-only one are outside the link's domain: it costs a pass
+        over the features."""
+        self.data_start_tried = True
+        ybar = s.y_sum / s.weight_sum
+        self.data_start = DataStart(self.model, float(ybar), self.dtype, self.theta.device)
+
+    def _no_valid_start(self) -> None:
+        self._finish(
+            False,
+            f"no starting point in the domain of the '{self.model.family.link.name}' link of the "
+            f"'{self.model.family.name}' family: the start"
+            + (", the intercept-only fit" if self.model.has_intercept else "")
+            + " and the weighted least-squares start from the data (mu0 from y) give a mean "
+            "outside the family's range (or a loss that is not finite) for some rows; give "
+            "starting parameters (set the model's coefficients) whose means are all valid",
+            warn=True,
+        )
 
     def stop(self, message: str) -> None:
         """End the fit now (e.g. a Trainer's epoch limit): not converged, with a warning."""
@@ -855,3 +905,62 @@ class StepFitter(Fitter):
             )
         if warn:
             _warn(f"{self.name}: {message}", ConvergenceWarning)
+
+
+def starting_mu(family, y: torch.Tensor, weight: torch.Tensor | None, ybar: float) -> torch.Tensor:
+    """The first mean of IRLS, from the targets (R's ``family()$initialize``,
+    statsmodels' ``Family.starting_mu``): ``(w y + 1/2) / (w + 1)`` for a proportion of
+    ``w`` trials (inside ``(0, 1)``), ``(y + ybar) / 2`` otherwise (inside the range of a
+    count or positive target where ``ybar`` is)."""
+    if family.name in ("bernoulli", "binomial"):
+        w = torch.ones_like(y) if weight is None or family.name == "bernoulli" else weight
+        return (w * y + 0.5) / (w + 1)
+    return (y + ybar) / 2
+
+
+class DataStart:
+    """One IRLS step from the data (McCullagh & Nelder §2.5; R's ``glm.fit``): with
+    ``mu0`` from :func:`starting_mu`, ``eta0 = g(mu0)``, the working response
+    ``z = eta0 + (y - mu0) g'(mu0)`` and weights ``w = s (dmu/deta)^2 / V(mu0)``, the
+    start solves ``(X~^T W X~) theta = X~^T W (z - o)`` (one pass summing both; the
+    columns equilibrated, minimum-norm on a singular system). Rows whose ``mu0`` has
+    no finite ``eta0`` get weight 0."""
+
+    def __init__(self, model, ybar: float, dtype: torch.dtype, device) -> None:
+        self.model, self.ybar, self.dtype = model, ybar, dtype
+        q = model.n_features + model.has_intercept
+        self.H = torch.zeros(q, q, dtype=dtype, device=device)
+        self.r = torch.zeros(q, dtype=dtype, device=device)
+
+    def add(self, batch) -> None:
+        family, link = self.model.family, self.model.family.link
+        x = batch.x.to(self.dtype)
+        if x.layout != torch.strided:
+            x = x.to_dense()
+        x = x.to(self.H.device)
+        y = batch.y.to(self.dtype).to(self.H.device)
+        s = None if batch.weight is None else batch.weight.to(self.dtype).to(self.H.device)
+        mu0 = starting_mu(family, y, s, self.ybar)
+        eta0 = link.link(mu0)
+        d = link.inverse_derivative(eta0)  # dmu/deta
+        w = d * d / family.variance(mu0)
+        if s is not None:
+            w = w * s
+        z = eta0 + (y - mu0) / d
+        if batch.offset is not None:
+            z = z - batch.offset.to(self.dtype).to(self.H.device)
+        ok = torch.isfinite(z) & torch.isfinite(w) & (w > 0)
+        w, z = torch.where(ok, w, torch.zeros_like(w)), torch.where(ok, z, torch.zeros_like(z))
+        if self.model.has_intercept:
+            x = torch.cat([x, torch.ones_like(y).unsqueeze(-1)], 1)
+        wx = x * w.unsqueeze(-1)
+        self.H += x.T @ wx
+        self.r += wx.T @ z
+
+    def solve(self) -> torch.Tensor | None:
+        """The start ``theta`` (flat ``[W, b]``), ``None`` where it is not finite."""
+        all_reduce_sum(self.H, self.r)
+        c = self.H.diagonal().clamp_min(0).sqrt()
+        c = torch.where(c > 0, c, torch.ones_like(c))
+        theta = torch.linalg.pinv(self.H / torch.outer(c, c), hermitian=True) @ (self.r / c) / c
+        return theta if bool(torch.isfinite(theta).all()) else None

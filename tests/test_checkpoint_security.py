@@ -15,6 +15,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -73,11 +74,27 @@ def _named(ckpt: dict, marker: Path, where: str) -> dict:
         hp["optimizer"] = {"class_path": "torch.optim.SGD", "init_args": {"lr": f"{EVIL_MODULE}.rate"}}
     elif where == "basis_not_a_module":
         hp["basis"] = {"class_path": "subprocess.Popen", "init_args": {"args": ["touch", str(marker)]}}
+    elif where == "class_path_under_any":  # solver_options is dict[str, Any]: jsonargparse builds it
+        hp["solver_options"] = {
+            "x": {"class_path": "subprocess.Popen", "init_args": {"args": f"touch {marker}", "shell": True}}
+        }
+    elif where == "callable_string":  # a Callable argument resolves the string to os.system
+        hp["lr_scheduler"] = {
+            "class_path": "torch.optim.lr_scheduler.LambdaLR",
+            "init_args": {"lr_lambda": "os.system"},
+        }
     return ckpt
 
 
 PICKLED = ["top_level", "hyper_parameters", "callback_state", "torchglm_record", "state_dict"]
-NAMED = ["class_path_function", "class_path_import", "nested_import", "basis_not_a_module"]
+NAMED = [
+    "class_path_function",
+    "class_path_import",
+    "nested_import",
+    "basis_not_a_module",
+    "class_path_under_any",
+    "callable_string",
+]
 PAYLOADS = PICKLED + NAMED
 
 
@@ -139,6 +156,15 @@ def test_payloads_would_run_code(tmp_path, run, marker):
     path = _payload(run / "model.ckpt", marker, "class_path_function", tmp_path / "q.ckpt")
     with pytest.raises(TypeError):  # os.system's int return is then called as the model factory
         pl.LightningModule.load_from_checkpoint.__func__(GLMTask, path, weights_only=True)
+    assert marker.exists()
+    marker.unlink()
+    path = _payload(run / "model.ckpt", marker, "class_path_under_any", tmp_path / "r.ckpt")
+    with pytest.raises(TypeError):  # the Popen object is then saved (pickled) as a hyper-parameter
+        pl.LightningModule.load_from_checkpoint.__func__(GLMTask, path, weights_only=True)
+    for _ in range(100):  # the shell runs asynchronously
+        if marker.exists():
+            break
+        time.sleep(0.05)
     assert marker.exists()
 
 

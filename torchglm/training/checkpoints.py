@@ -303,12 +303,15 @@ def _check_class(value: Any, bases: tuple[type, ...], where: str, bad) -> None:
 
 
 def _check_values(value: Any, where: str, bad) -> None:
-    """Plain values; a nested ``class_path`` config must name a class; a dotted
-    string must not name a module that is not imported yet."""
+    """Plain values only. A ``class_path`` config is refused here: only the arguments
+    of :data:`CLASS_ARGUMENTS` name classes, each checked against its base; under an
+    argument typed ``Any`` (``solver_options``) the instantiator would build any class
+    named, e.g. ``subprocess.Popen`` with ``shell=True``. A dotted string must not name
+    a module that is not imported yet, nor a callable outside torchglm (a parser
+    resolves such a string to the function for an argument typed ``Callable``)."""
     if isinstance(value, dict):
         if "class_path" in value:
-            _check_class(value, (object,), where, bad)
-            return
+            raise bad(f"{where} is a class_path config (only {', '.join(CLASS_ARGUMENTS)} name classes)")
         for k, v in value.items():
             _check_values(v, f"{where}.{k}", bad)
     elif isinstance(value, (list, tuple)):
@@ -319,8 +322,13 @@ def _check_values(value: Any, where: str, bad) -> None:
         top = module.split(".")[0]
         # Only a string that names an installed module could be imported; other
         # dotted strings ("train.csv") are plain data.
-        if not _loaded(module) and importlib.util.find_spec(top) is not None:
-            raise bad(f"{where} '{value}' names the module '{module}', which is not imported")
+        if not _loaded(module):
+            if importlib.util.find_spec(top) is not None:
+                raise bad(f"{where} '{value}' names the module '{module}', which is not imported")
+        elif not (module == "torchglm" or module.startswith("torchglm.")) and callable(
+            getattr(sys.modules.get(module), value.rpartition(".")[2], None)
+        ):
+            raise bad(f"{where} '{value}' names a callable outside torchglm")
 
 
 def _loaded(module: str) -> bool:

@@ -303,6 +303,26 @@ def test_full_disk_new_run_dir(tmp_path, limit):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".npz"])
+def test_full_disk_predict_leaves_no_partial_output(tmp_path, suffix):
+    """The output's temporary file went on a full disk, but closing it flushed (and
+    failed) again before its removal: a partial hidden file stayed beside the output
+    (``ulimit -f 20``: where the limit falls inside the buffer's last write)."""
+    run = tmp_path / "run"
+    assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "1"]) == 0
+    rows = np.random.default_rng(0).normal(size=(20_000, 2))
+    np.savetxt(tmp_path / "in.csv", rows, delimiter=",", header="x0,x1", comments="")
+    proc = _train(
+        "predict", "--run_dir", "run", "--input", "in.csv", "--output", f"out{suffix}",
+        cwd=tmp_path, preexec_fn=_file_size_limit(20 * 1024),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        f"error: output: expected a writable file path, got 'out{suffix}' (File too large)"
+    ]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.csv", "run"]
+
+
 @pytest.mark.parametrize("how", ["resume", "rerun"])
 def test_full_disk_existing_run_dir(tmp_path, how):
     run = tmp_path / "run"

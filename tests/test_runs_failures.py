@@ -395,6 +395,30 @@ def test_predict_refuses_a_non_finite_model(tmp_path, capsys, finished, key, val
     assert not out.exists()
 
 
+@pytest.mark.parametrize("value", [0.0, -2.0])
+def test_predict_refuses_a_feature_scale_that_was_never_fitted(tmp_path, capsys, finished, value):
+    """Standardization divides by the scale: 0 wrote NaN probabilities with exit 0."""
+    import torch
+
+    ckpt = torch.load(finished / "newton" / "model.ckpt", weights_only=True)
+    ckpt["state_dict"]["feature_scale"][0] = value
+    edited = tmp_path / "edited.ckpt"
+    torch.save(ckpt, edited)
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    out = tmp_path / "o.csv"
+    code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
+    _one_error(capsys, code, "ckpt_path: expected positive feature scales")
+    assert not out.exists()
+
+
+def test_negative_epoch_count_is_one_error_line(tmp_path, capsys):
+    """Lightning's own Trainer checks (max_epochs=-5) were a raw traceback, exit 1."""
+    code = main(["--config", TINY, "--run_dir", str(tmp_path / "run"), "--trainer.max_epochs", "-5"])
+    _one_error(capsys, code, "trainer: expected arguments the Lightning Trainer accepts, got")
+    assert not (tmp_path / "run").exists()
+
+
 def test_a_fit_that_never_trained_saves_an_unfitted_model(tmp_path):
     """A checkpoint saved before any training step holds the initial weights: its
     model is not marked fitted (it was, and predicted 0.5 for every row)."""

@@ -37,7 +37,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
 from pytorch_lightning.cli import LightningArgumentParser, LightningCLI
 from pytorch_lightning.loggers import TensorBoardLogger
-from pytorch_lightning.utilities.exceptions import SIGTERMException
+from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from .._validation import InputError, fail
 from ..data.module import GLMDataModule
@@ -551,7 +551,11 @@ def main(argv: list[str] | None = None) -> int:
         if args and args[0] == "train":
             args = args[1:]
         with interruptible():
-            cli = GLMCLI(args=args)
+            try:
+                cli = GLMCLI(args=args)
+            except MisconfigurationException as err:
+                # The Trainer's own argument checks (e.g. max_epochs=-5): bad input.
+                raise fail("trainer", "arguments the Lightning Trainer accepts", _one_line(err)) from None
             metrics = run(cli)
     except (InputError, argparse.ArgumentError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)

@@ -26,6 +26,7 @@ An NPZ input is loaded whole (a zip member cannot be memory-mapped).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import os
 import shutil
@@ -368,8 +369,10 @@ class _CsvWriter:
         os.replace(self.tmp, self.out)
 
     def discard(self) -> None:
-        if self.fh is not None:
-            self.fh.close()
+        # Closing flushes, and on a full disk that fails again: the file goes all the same.
+        with contextlib.suppress(OSError):
+            if self.fh is not None:
+                self.fh.close()
         if self.tmp.is_file():
             self.tmp.unlink()
 
@@ -419,7 +422,8 @@ class _NpzWriter(_CsvWriter):
 
     def discard(self) -> None:
         for path, fh, _, _ in self.parts.values():
-            fh.close()
+            with contextlib.suppress(OSError):
+                fh.close()
             path.unlink(missing_ok=True)
         if self.tmp.is_file():
             self.tmp.unlink()
@@ -462,6 +466,15 @@ def check_trained(task, ckpt_path: str | Path) -> None:
                 "a model with finite parameters and statistics",
                 f"'{ckpt_path}' ({key} has {int(bad.sum())} non-finite entries of {value.numel()})",
             )
+    # Standardization divides by the scale: a scale of 0 (or below) was never fitted
+    # (every training scale is a positive standard deviation, 1 for a constant column).
+    scale = task.feature_scale
+    if bool((scale <= 0).any()):
+        raise fail(
+            "ckpt_path",
+            "positive feature scales (standard deviations from the training data)",
+            f"'{ckpt_path}' (feature_scale has {int((scale <= 0).sum())} entries <= 0)",
+        )
 
 
 def predict_main(argv: list[str]) -> int:

@@ -11,7 +11,6 @@ appear, and the CLI answers with one ``error:`` line and exit status 2. NumPy
 inputs (``.npy``/``.npz`` with object arrays, i.e. pickles) likewise.
 """
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from torchglm.training.checkpoints import load_checkpoint
 from torchglm.training.cli import main
 from torchglm.training.predict import predict
 from torchglm.training.task import GLMTask
+from run_util import one_error, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -125,21 +125,6 @@ def _payload(base: Path, marker: Path, where: str, out: Path) -> Path:
     return out
 
 
-def _one_error(capsys, code: int) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
-
-
-def _snapshot(path: Path) -> dict[str, str]:
-    return {
-        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
-
-
 def _rows(tmp_path: Path) -> Path:
     data = tmp_path / "in.csv"
     data.write_text("x0,x1\n0.5,1.5\n-1.0,0.25\n")
@@ -173,7 +158,7 @@ def test_predict_ckpt_path_refuses(tmp_path, capsys, run, marker, where):
     ckpt = _payload(run / "model.ckpt", marker, where, tmp_path / "payload.ckpt")
     out = tmp_path / "o.csv"
     code = main(["predict", "--ckpt_path", str(ckpt), "--input", str(_rows(tmp_path)), "--output", str(out)])
-    assert "ckpt_path: expected" in _one_error(capsys, code)
+    assert "ckpt_path: expected" in one_error(capsys, code)
     assert not marker.exists() and not out.exists()
 
 
@@ -184,7 +169,7 @@ def test_predict_run_dir_refuses(tmp_path, capsys, run, marker, where):
     _payload(run / "model.ckpt", marker, where, run_dir / "model.ckpt")
     out = tmp_path / "o.csv"
     code = main(["predict", "--run_dir", str(run_dir), "--input", str(_rows(tmp_path)), "--output", str(out)])
-    _one_error(capsys, code)
+    one_error(capsys, code)
     assert not marker.exists() and not out.exists()
 
 
@@ -194,13 +179,13 @@ def test_resume_refuses_and_leaves_the_run_dir(tmp_path, capsys, run, marker, wh
     run_dir = tmp_path / "run"
     assert main(["--config", TINY, "--run_dir", str(run_dir), "--trainer.max_epochs", "1"]) == 0
     capsys.readouterr()
-    before = _snapshot(run_dir)
+    before = snapshot(run_dir)
     code = main(
         ["--config", TINY, "--run_dir", str(run_dir), "--trainer.max_epochs", "3", "--resume", str(ckpt)]
     )
-    assert "resume: expected" in _one_error(capsys, code)
+    assert "resume: expected" in one_error(capsys, code)
     assert not marker.exists()
-    assert _snapshot(run_dir) == before
+    assert snapshot(run_dir) == before
 
 
 @pytest.mark.parametrize("where", PAYLOADS)
@@ -243,7 +228,7 @@ def test_cli_fit_refuses_a_checkpoint_swapped_after_its_check(
     code = main(
         ["--config", TINY, "--run_dir", str(run_dir), "--trainer.max_epochs", "3", "--resume", str(ckpt)]
     )
-    assert "resume: expected a checkpoint of tensors and plain data" in _one_error(capsys, code)
+    assert "resume: expected a checkpoint of tensors and plain data" in one_error(capsys, code)
     assert not marker.exists() and not run_dir.exists()
 
 
@@ -272,7 +257,7 @@ def test_cli_validate_and_test_refuse_a_pickled_model_ckpt(tmp_path, capsys, mar
         "--trainer.max_epochs",
         "5",
     ]
-    assert "model.ckpt: expected" in _one_error(capsys, main(args))
+    assert "model.ckpt: expected" in one_error(capsys, main(args))
     assert not marker.exists() and not run_dir.exists()
 
 
@@ -326,7 +311,7 @@ def test_predict_refuses_pickled_numpy_input(tmp_path, capsys, run, marker, kind
     data = _object_arrays(tmp_path, marker)[kind]
     out = tmp_path / "o.csv"
     code = main(["predict", "--run_dir", str(run), "--input", str(data), "--output", str(out)])
-    assert "input: expected" in _one_error(capsys, code)
+    assert "input: expected" in one_error(capsys, code)
     assert not marker.exists() and not out.exists()
 
 
@@ -348,7 +333,7 @@ def test_data_module_refuses_pickled_numpy_file(tmp_path, capsys, marker, kind):
             "null",
         ]
     )
-    assert "data file: expected" in _one_error(capsys, code)
+    assert "data file: expected" in one_error(capsys, code)
     assert not marker.exists() and not run_dir.exists()
 
 

@@ -4,7 +4,6 @@ its result was validated), SIGTERM and Ctrl-C (an exit status that says so and t
 command that resumes), a full disk (one ``error:`` line, the run directory as it
 was), and ``--resume`` with another config or other data (refused)."""
 
-import hashlib
 import json
 import os
 import resource
@@ -19,6 +18,7 @@ import pytest
 import pytorch_lightning as pl
 
 from torchglm.training.cli import main
+from run_util import one_error, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
@@ -26,24 +26,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(
 NEWTON = ["--model.solver", "newton", "--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "50"]
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
-
-
-def _snapshot(path: Path) -> dict[str, str]:
-    """Every file under ``path`` (dot files included) with a hash of its bytes."""
-    if not path.exists():
-        return {}
-    return {
-        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _one_error(capsys, code: int, contains: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and contains in err[0], err
-    return err[0]
 
 
 def _train(*args: str, cwd: Path, preexec_fn=None, env=None) -> subprocess.CompletedProcess:
@@ -71,7 +53,7 @@ def _report(run: Path) -> dict:
 def test_nothing_to_fit_is_an_error(tmp_path, capsys, key):
     run = tmp_path / "run"
     code = main(["--config", TINY, "--run_dir", str(run), f"--trainer.{key}", "0"])
-    _one_error(capsys, code, f"trainer.{key}: expected at least 1")
+    one_error(capsys, code, f"trainer.{key}: expected at least 1")
     assert not run.exists()
 
 
@@ -327,7 +309,7 @@ def test_full_disk_predict_leaves_no_partial_output(tmp_path, suffix):
 def test_full_disk_existing_run_dir(tmp_path, how):
     run = tmp_path / "run"
     assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "2"]) == 0
-    before = _snapshot(run)
+    before = snapshot(run)
     args = ["--config", TINY, "--run_dir", "run", "--trainer.max_epochs", "4"]
     if how == "resume":
         # no room for the backup copy taken before the run writes anything
@@ -342,7 +324,7 @@ def test_full_disk_existing_run_dir(tmp_path, how):
     assert proc.stderr.strip().splitlines() == [
         "error: run_dir: expected a writable directory with free space, got 'run' (File too large)"
     ]
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
 
 
@@ -361,20 +343,20 @@ def test_resume_refuses_another_config_or_other_data(tmp_path, capsys):
     args = ["--config", TINY, "--run_dir", str(run), "--data.target", "y", "--data.dataset_options", "null"]
     assert main([*args, "--data.source", str(data), "--trainer.max_epochs", "2"]) == 0
     capsys.readouterr()
-    before = _snapshot(run)
+    before = snapshot(run)
     resume = ["--resume", str(run / "checkpoints" / "last.ckpt")]
 
     other = _csv(tmp_path / "other.csv", 1)  # same columns and rows, other values
     code = main([*args, "--data.source", str(other), *resume])
-    message = _one_error(
+    message = one_error(
         capsys, code, "resume: expected a checkpoint of a fit on this config's data (48/16/16"
     )
     assert "(a fit on other data: 48/16/16 train/val/test rows, 2 features, digest" in message
     code = main([*args, "--data.source", str(data), "--model.model.init_args.l2", "0.5", *resume])
-    _one_error(capsys, code, "(model.model.init_args.l2: 0.0 in the checkpoint, 0.5 here)")
+    one_error(capsys, code, "(model.model.init_args.l2: 0.0 in the checkpoint, 0.5 here)")
     code = main([*args, "--data.source", str(data), "--data.split_seed", "1", *resume])
-    _one_error(capsys, code, "(data.split_seed: 0 in the checkpoint, 1 here)")
-    assert _snapshot(run) == before
+    one_error(capsys, code, "(data.split_seed: 0 in the checkpoint, 1 here)")
+    assert snapshot(run) == before
 
     # the same rows from a copy of the file, with more epochs: the same fit, resumed
     copy = tmp_path / "copy.csv"

@@ -1,7 +1,6 @@
 """Issue 14's failure paths of train.py / torchglm: each gives one ``error: ...`` line,
 exit status 2, and leaves the run directory exactly as it was before the command."""
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -14,30 +13,13 @@ import pytorch_lightning as pl
 
 from torchglm.training.cli import main
 from torchglm.training.rundir import RunDir
+from run_util import one_error, snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
-
-
-def _snapshot(path: Path) -> dict[str, str]:
-    """Every file under ``path`` (dot files included) with a hash of its bytes."""
-    if not path.exists():
-        return {}
-    return {
-        p.relative_to(path).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(path.rglob("*"))
-        if p.is_file()
-    }
-
-
-def _one_error(capsys, code: int, contains: str) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2
-    assert len(err) == 1 and err[0].startswith("error: ") and contains in err[0], err
-    return err[0]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +70,7 @@ def test_bad_checkpoint_to_predict(tmp_path, capsys, finished, kind):
     code = main(
         ["predict", "--ckpt_path", str(ckpt), "--input", str(data), "--output", str(tmp_path / "o.csv")]
     )
-    _one_error(capsys, code, "ckpt_path: expected a checkpoint")
+    one_error(capsys, code, "ckpt_path: expected a checkpoint")
     assert not (tmp_path / "o.csv").exists()
 
 
@@ -101,7 +83,7 @@ def test_bad_checkpoint_to_resume_leaves_the_run_dir(tmp_path, capsys, finished,
     run = tmp_path / "run"
     assert main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "1"]) == 0
     capsys.readouterr()
-    before = _snapshot(run)
+    before = snapshot(run)
     args = ["--config", TINY, "--run_dir", str(run)]
     if kind in bad:
         args += ["--resume", str(bad[kind])]
@@ -132,14 +114,14 @@ def test_bad_checkpoint_to_resume_leaves_the_run_dir(tmp_path, capsys, finished,
             "lbfgs",
         ]
         message = "a 'newton' fit"
-    _one_error(capsys, main(args), message)
-    assert _snapshot(run) == before
+    one_error(capsys, main(args), message)
+    assert snapshot(run) == before
 
 
 def test_run_dir_that_is_a_file(tmp_path, capsys):
     target = tmp_path / "taken"
     target.write_text("keep me\n")
-    _one_error(capsys, main(["--config", TINY, "--run_dir", str(target)]), "run_dir: expected a directory")
+    one_error(capsys, main(["--config", TINY, "--run_dir", str(target)]), "run_dir: expected a directory")
     assert target.read_text() == "keep me\n"
 
 
@@ -158,7 +140,7 @@ def test_predict_output_under_a_file(tmp_path, capsys, finished):
             str(tmp_path / "file" / "out.csv"),
         ]
     )
-    _one_error(capsys, code, "output: expected a writable file path")
+    one_error(capsys, code, "output: expected a writable file path")
     assert (tmp_path / "file").read_text() == "x"
 
 
@@ -203,7 +185,7 @@ def test_regression_split_with_one_row(tmp_path, capsys):
             "0.25",
         ]
     )
-    _one_error(capsys, code, "data (val split): expected at least 2 rows for a regression model")
+    one_error(capsys, code, "data (val split): expected at least 2 rows for a regression model")
     assert not run.exists()
 
 
@@ -223,7 +205,7 @@ def test_huge_unstandardized_features(tmp_path, capsys):
             "[]",
         ]
     )
-    _one_error(capsys, code, "standardize the features (data.standardize: true) or rescale them")
+    one_error(capsys, code, "standardize the features (data.standardize: true) or rescale them")
     assert not run.exists()
 
 
@@ -262,7 +244,7 @@ def test_failed_rerun_restores_an_existing_run_dir(tmp_path, capsys):
     capsys.readouterr()
     # the backup of an earlier rerun that was killed outright: removed by the next run
     (tmp_path / ".run.backup-999999").mkdir()
-    before = _snapshot(run)
+    before = snapshot(run)
     code = main(
         [
             "--config",
@@ -274,9 +256,9 @@ def test_failed_rerun_restores_an_existing_run_dir(tmp_path, capsys):
             "--trainer.callbacks+=test_runs_failures.FailAtEpoch",
         ]
     )
-    _one_error(capsys, code, "fitter: expected a finite Hessian")
+    one_error(capsys, code, "fitter: expected a finite Hessian")
     # config.yaml, hparams.yaml, events, last.ckpt and metrics.json: all as they were
-    assert _snapshot(run) == before
+    assert snapshot(run) == before
     assert not list(tmp_path.glob(".run.backup-*"))
 
 
@@ -387,7 +369,7 @@ def test_predict_refuses_a_non_finite_model(tmp_path, capsys, finished, key, val
     data.write_text("x0,x1\n0.5,1.5\n")
     out = tmp_path / "o.csv"
     code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
-    _one_error(
+    one_error(
         capsys,
         code,
         f"ckpt_path: expected a model with finite parameters and statistics, got '{edited}' ({key}",
@@ -408,14 +390,14 @@ def test_predict_refuses_a_feature_scale_that_was_never_fitted(tmp_path, capsys,
     data.write_text("x0,x1\n0.5,1.5\n")
     out = tmp_path / "o.csv"
     code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
-    _one_error(capsys, code, "ckpt_path: expected positive feature scales")
+    one_error(capsys, code, "ckpt_path: expected positive feature scales")
     assert not out.exists()
 
 
 def test_negative_epoch_count_is_one_error_line(tmp_path, capsys):
     """Lightning's own Trainer checks (max_epochs=-5) were a raw traceback, exit 1."""
     code = main(["--config", TINY, "--run_dir", str(tmp_path / "run"), "--trainer.max_epochs", "-5"])
-    _one_error(capsys, code, "trainer: expected arguments the Lightning Trainer accepts, got")
+    one_error(capsys, code, "trainer: expected arguments the Lightning Trainer accepts, got")
     assert not (tmp_path / "run").exists()
 
 
@@ -449,14 +431,14 @@ def test_predict_refuses_an_unfitted_model(tmp_path, capsys, finished):
     data.write_text("x0,x1\n0.5,1.5\n")
     out = tmp_path / "o.csv"
     code = main(["predict", "--ckpt_path", str(unfitted), "--input", str(data), "--output", str(out)])
-    _one_error(capsys, code, "ckpt_path: expected a fitted model")
+    one_error(capsys, code, "ckpt_path: expected a fitted model")
     assert not out.exists()
 
 
 def test_a_run_that_never_trained_leaves_no_model_ckpt(tmp_path, capsys):
     run = tmp_path / "run"
     code = main(["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "0"])
-    _one_error(capsys, code, "")
+    one_error(capsys, code, "")
     assert not run.exists()
 
 

@@ -274,6 +274,33 @@ def test_bad_input(tmp_path, files, capsys, case, extra, message):
 
 
 @pytest.mark.slow
+def test_readme_multi_process_command_without_run_dir(tmp_path):
+    """The README's multi-process command as written (three epochs, for time): rank 1
+    took the next free version_N beside rank 0's, waited there for a checkpoint that
+    never came (FileNotFoundError, then a hang or a crash), and each rank printed
+    Lightning's sync_dist advice for every metric."""
+    readme = (ROOT / "README.md").read_text()
+    command = "python train.py --config configs/logistic.yaml --trainer.strategy ddp --trainer.devices 2 --trainer.accelerator cpu"
+    assert command in readme
+    argv = command.split()[2:]
+    (tmp_path / "configs").symlink_to(ROOT / "configs")  # run from a checkout's root, as written
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *argv, "--trainer.max_epochs", "3"],
+        cwd=tmp_path,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "PossibleUserWarning" not in proc.stderr, proc.stderr[-2000:]
+    assert sorted(p.name for p in (tmp_path / "runs" / "logistic").iterdir()) == ["version_0"]
+    run = tmp_path / "runs" / "logistic" / "version_0"
+    assert (run / "metrics.json").is_file() and (run / "model.ckpt").is_file()
+    assert proc.stdout.count("run directory: runs/logistic/version_0") == 1
+
+
+@pytest.mark.slow
 def test_two_process_ddp_equals_one_process(tmp_path):
     """Each rank holds half of the rows; Newton's all-reduced sums give the
     single-process iterates."""

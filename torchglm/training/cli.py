@@ -208,12 +208,22 @@ def _describe_data(fp: dict[str, Any]) -> str:
     return f"{sizes} train/val/test rows, {fp.get('n_features', '?')} features, digest {str(fp.get('digest', '?'))[:12]}"
 
 
+#: The run directory the primary process chose, for the ranks that Lightning's DDP
+#: launcher starts: they run the same command line and would each take the next
+#: free ``version_N`` (rank 1 found rank 0's and wrote into another directory).
+RUN_DIR_ENV = "TORCHGLM_RUN_DIR"
+
+
 def _resolve_run_dir(config) -> Path:
     if config.get("run_dir"):
         return Path(config["run_dir"])
+    if not _is_primary() and os.environ.get(RUN_DIR_ENV):
+        return Path(os.environ[RUN_DIR_ENV])
     configs = config.get("config") or []
     name = Path(str(configs[-1])).stem if configs else "run"
-    return next_version(Path("runs") / name)
+    path = next_version(Path("runs") / name)
+    os.environ[RUN_DIR_ENV] = str(path)  # inherited by the ranks the launcher starts
+    return path
 
 
 def _is_primary() -> bool:
@@ -517,6 +527,11 @@ def configure_console(verbose: bool) -> None:
     warnings.filterwarnings("ignore", message=".*overridden `transfer_batch_to_device`.*")
     # main() passes the arguments it has already read from sys.argv (minus -v).
     warnings.filterwarnings("ignore", message=".*LightningCLI's args parameter.*")
+    # Every value the task logs per epoch is already the same on every process:
+    # torchmetrics' compute() syncs its states, the passes' sums are all-reduced, and
+    # sgd's epoch loss is logged with sync_dist. Lightning's advice to sync them again
+    # under DDP (one line per metric) does not apply.
+    warnings.filterwarnings("ignore", message=r"It is recommended to use `self.log\(.*sync_dist=True")
     if not verbose:
         # One line per warning, without the source line of whichever library frame
         # raised it (a ConvergenceWarning from on_train_end points into Lightning).

@@ -866,7 +866,8 @@ class GLMTask(pl.LightningModule):
     def on_train_epoch_end(self) -> None:
         if self.solver == "sgd":
             loss = self._epoch_loss["sum"] / max(self._epoch_loss["count"], 1)
-            self.log("train/epoch_loss", loss)
+            # Each process's own rows: the mean over processes (sync_dist).
+            self.log("train/epoch_loss", loss, sync_dist=True)
             self._history.append({"loss": float(loss)})
         if self.train_metrics_enabled:
             self.log_dict(

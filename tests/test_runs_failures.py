@@ -350,6 +350,20 @@ def test_two_concurrent_runs(tmp_path):
 # -- issue 22 item 4: predict trusts only a fitted, finite model; no unfitted model.ckpt ---------
 
 
+def _predict_edited(tmp_path, ckpt: dict) -> tuple[int, Path, Path]:
+    """Save an edited checkpoint and run ``predict`` with it on one row: ``(exit
+    status, the checkpoint, the output path)``."""
+    import torch
+
+    edited = tmp_path / "edited.ckpt"
+    torch.save(ckpt, edited)
+    data = tmp_path / "in.csv"
+    data.write_text("x0,x1\n0.5,1.5\n")
+    out = tmp_path / "o.csv"
+    code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
+    return code, edited, out
+
+
 @pytest.mark.parametrize(
     "key, value",
     [
@@ -363,12 +377,7 @@ def test_predict_refuses_a_non_finite_model(tmp_path, capsys, finished, key, val
 
     ckpt = torch.load(finished / "newton" / "model.ckpt", weights_only=True)
     ckpt["state_dict"][key].view(-1)[0] = value
-    edited = tmp_path / "edited.ckpt"
-    torch.save(ckpt, edited)
-    data = tmp_path / "in.csv"
-    data.write_text("x0,x1\n0.5,1.5\n")
-    out = tmp_path / "o.csv"
-    code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
+    code, edited, out = _predict_edited(tmp_path, ckpt)
     one_error(
         capsys,
         code,
@@ -384,12 +393,7 @@ def test_predict_refuses_a_feature_scale_that_was_never_fitted(tmp_path, capsys,
 
     ckpt = torch.load(finished / "newton" / "model.ckpt", weights_only=True)
     ckpt["state_dict"]["feature_scale"][0] = value
-    edited = tmp_path / "edited.ckpt"
-    torch.save(ckpt, edited)
-    data = tmp_path / "in.csv"
-    data.write_text("x0,x1\n0.5,1.5\n")
-    out = tmp_path / "o.csv"
-    code = main(["predict", "--ckpt_path", str(edited), "--input", str(data), "--output", str(out)])
+    code, _, out = _predict_edited(tmp_path, ckpt)
     one_error(capsys, code, "ckpt_path: expected positive feature scales")
     assert not out.exists()
 
@@ -425,12 +429,7 @@ def test_predict_refuses_an_unfitted_model(tmp_path, capsys, finished):
 
     ckpt = torch.load(finished / "sgd" / "model.ckpt", weights_only=True)
     ckpt["state_dict"]["model._fitted"] = torch.tensor(False)
-    unfitted = tmp_path / "unfitted.ckpt"
-    torch.save(ckpt, unfitted)
-    data = tmp_path / "in.csv"
-    data.write_text("x0,x1\n0.5,1.5\n")
-    out = tmp_path / "o.csv"
-    code = main(["predict", "--ckpt_path", str(unfitted), "--input", str(data), "--output", str(out)])
+    code, _, out = _predict_edited(tmp_path, ckpt)
     one_error(capsys, code, "ckpt_path: expected a fitted model")
     assert not out.exists()
 

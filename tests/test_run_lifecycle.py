@@ -363,3 +363,67 @@ def test_resume_refuses_another_config_or_other_data(tmp_path, capsys):
     copy.write_bytes(data.read_bytes())
     assert main([*args, "--data.source", str(copy), "--trainer.max_epochs", "3", *resume]) == 0
     assert json.loads((run / "metrics.json").read_text())["fit"]["epochs"] == 3
+
+
+# -- signals outside the run: while importing, after the report ------------------------
+_SLOW_TORCH_IMPORT = """
+import importlib.abc, runpy, sys, time
+from pathlib import Path
+
+class SlowTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            Path("importing").write_text("")
+            time.sleep(60)
+        return None
+
+sys.meta_path.insert(0, SlowTorch())
+sys.argv = [sys.argv[1], "--config", sys.argv[2], "--run_dir", "run"]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_importing_torch_is_one_line(tmp_path, signum):
+    """Ctrl-C in the seconds ``train.py`` spends importing torch (before torchglm can
+    install its handler): one line and 128 + the signal's number, not a traceback."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_TORCH_IMPORT, str(ROOT / "train.py"), TINY],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        cwd=tmp_path,
+    )
+    import time
+
+    deadline = time.time() + 60
+    while not (tmp_path / "importing").exists() and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, err[-2000:]
+    assert err.strip().splitlines() == [
+        f"interrupted by {signal.Signals(signum).name} before the run started: nothing was written"
+    ]
+    assert not (tmp_path / "run").exists()
+
+
+def test_signal_after_the_report_keeps_status_zero(tmp_path):
+    """A Ctrl-C that arrives once the run is reported (while the interpreter exits)
+    leaves a finished run's status 0: its results are complete."""
+    code = (
+        "import os, signal, sys\n"
+        "from torchglm.training.entry import main\n"
+        f"sys.argv = ['train.py', '--config', {TINY!r}, '--run_dir', 'run']\n"
+        "status = main()\n"
+        "os.kill(os.getpid(), signal.SIGINT)\n"
+        "print('exiting with', status)\n"
+        "sys.exit(status)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300
+    )
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "exiting with 0" in res.stdout
+    assert (tmp_path / "run" / "model.ckpt").is_file()

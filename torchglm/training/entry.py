@@ -95,4 +95,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return err.status
-    return cli_main(args)
+    status = cli_main(args)
+    if argv is None:
+        # The process's own command: the run is over and reported, so a Ctrl-C or
+        # SIGTERM while the interpreter exits (flushing TensorBoard, joining threads)
+        # must not turn a finished run's status 0 into a death by signal.
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+    return status

@@ -16,6 +16,7 @@ import math
 import os
 import sys
 import warnings
+from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -35,6 +36,7 @@ __all__ = [
     "SeparationWarning",
     "NumericalWarning",
     "PerformanceWarning",
+    "existing_file",
     "fail",
     "check_features",
     "check_finite",
@@ -118,6 +120,23 @@ class PerformanceWarning(UserWarning):
 def fail(name: str, expected: str, got: object) -> InputError:
     """Build the library's single error message: ``name: expected ..., got ...``."""
     return InputError(f"{name}: expected {expected}, got {got}")
+
+
+def existing_file(name: str, path, what: str = "file") -> Path:
+    """``path`` as a :class:`~pathlib.Path` if it names an existing regular file.
+
+    Raises:
+        InputError: it is missing, a directory, or not a regular file (``/dev/zero``, a
+            FIFO: reading one would never end or never start).
+    """
+    path = Path(path)
+    if path.is_file():
+        return path
+    if path.is_dir():
+        raise fail(name, f"a {what}", f"'{path}' (a directory)")
+    if path.exists():
+        raise fail(name, f"a regular {what}", f"'{path}' (a device, FIFO or socket)")
+    raise fail(name, f"an existing {what}", f"'{path}' (not found)")
 
 
 def _stored_values(t: torch.Tensor) -> torch.Tensor:

@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .._validation import fail
+from .._validation import existing_file, fail
 
 __all__ = ["Table", "read_table", "SUFFIXES", "CSVLayout", "csv_layout", "iter_csv"]
 
@@ -77,9 +77,7 @@ def read_table(
     Example:
         >>> table = read_table("data.csv", target="label")  # doctest: +SKIP
     """
-    path = Path(path)
-    if not path.is_file():
-        raise fail("data file", "an existing file", f"'{path}' (not found)")
+    path = existing_file("data file", path)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise fail("data file", f"a file ending in one of {list(SUFFIXES)}", f"'{path.name}'")

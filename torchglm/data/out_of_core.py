@@ -16,7 +16,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .._validation import check_finite, check_positive, fail, optional_import
+from .._validation import check_finite, check_positive, existing_file, fail, optional_import
 from ..distributed import shard_range
 from .batches import Batch
 
@@ -24,10 +24,7 @@ __all__ = ["NpyBatches", "ParquetBatches", "CSVBatches"]
 
 
 def _existing(path: str | Path, what: str) -> Path:
-    p = Path(path)
-    if not p.is_file():
-        raise fail(what, "an existing file", str(p))
-    return p
+    return existing_file(what, path)
 
 
 def _to_batch(x: np.ndarray, y: np.ndarray, dtype: torch.dtype, device, classification: bool) -> Batch:

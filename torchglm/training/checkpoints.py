@@ -43,7 +43,7 @@ from pytorch_lightning.callbacks import Checkpoint
 from torch import nn
 from torch.optim.lr_scheduler import LRScheduler, ReduceLROnPlateau
 
-from .._validation import InputError, fail
+from .._validation import InputError, existing_file, fail
 
 __all__ = [
     "MODEL_CKPT",
@@ -132,11 +132,7 @@ def checkpoint_bytes(path: str | Path, name: str = "ckpt_path") -> bytes:
     Raises:
         InputError: the file is missing, a directory or unreadable.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise fail(name, "a checkpoint file", f"'{path}' (a directory)")
-    if not path.is_file():
-        raise fail(name, "an existing checkpoint file", f"'{path}' (not found)")
+    path = existing_file(name, path, "checkpoint file")
     try:
         return path.read_bytes()
     except OSError as err:

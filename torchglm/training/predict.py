@@ -37,7 +37,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .._validation import InputError, NotFittedError, check_finite, fail
+from .._validation import InputError, NotFittedError, check_finite, existing_file, fail
 from ..data.files import CHUNK_ROWS, csv_layout, iter_csv, read_table
 from .checkpoints import checkpoint_bytes, model_checkpoint_of, read_checkpoint
 
@@ -104,11 +104,7 @@ def iter_inputs(
     Raises:
         InputError: as :func:`read_inputs`; a bad row when its block is read.
     """
-    path = Path(path)
-    if path.is_dir():
-        raise fail("input", "a data file", f"'{path}' (a directory)")
-    if not path.is_file():
-        raise fail("input", "an existing data file", f"'{path}' (not found)")
+    path = existing_file("input", path, "data file")
     if path.suffix.lower() == ".csv":
         return _iter_csv(path, features, header, offset, chunk_rows)
     if path.suffix.lower() == ".npy":

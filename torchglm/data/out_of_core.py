@@ -10,6 +10,7 @@ contiguous shard of the rows (:func:`torchglm.distributed.shard_range`).
 
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 from typing import Iterator
 
@@ -20,7 +21,7 @@ from .._validation import check_finite, check_positive, existing_file, fail, opt
 from ..distributed import shard_range
 from .batches import Batch
 
-__all__ = ["NpyBatches", "ParquetBatches", "CSVBatches"]
+__all__ = ["NpyBatches", "ParquetBatches", "CSVBatches", "npz_row_blocks"]
 
 
 def _existing(path: str | Path, what: str) -> Path:
@@ -193,3 +194,73 @@ class CSVBatches(_TableBatches):
         import pandas as pd  # a core dependency (the one CSV reader's)
 
         yield from pd.read_csv(self.path, chunksize=self.batch_size)
+
+
+def _skip_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Read a ``.npy`` stream's magic and header: (shape, Fortran order, dtype)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
+def npz_row_blocks(
+    path: str | Path, members: dict[str, tuple[int, ...]], chunk_rows: int
+) -> Iterator[list[np.ndarray]] | None:
+    """Blocks of ``chunk_rows`` rows of some arrays of an NPZ, read in step from their
+    zip members (compressed or not): peak memory is one block, not the file.
+
+    Args:
+        path: the ``.npz`` file.
+        members: each array's name and the shape of one of its rows (``()`` for a
+            column, ``(d,)`` for a matrix of ``d`` columns).
+        chunk_rows: rows per block.
+
+    Returns:
+        The blocks (a list of arrays each, in the order of ``members``), or ``None``
+        when the arrays are not all such C-ordered numeric arrays of one length (a
+        missing name, an object or Fortran-ordered array, another row shape): the
+        caller then reads the file whole, through the reader whose messages say what
+        is wrong.
+    """
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = set(zf.namelist())
+            headers = []
+            for name in members:
+                if name + ".npy" not in names:
+                    return None
+                with zf.open(name + ".npy") as f:
+                    headers.append(_skip_npy_header(f))
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return None
+    for (shape, fortran, dtype), row in zip(headers, members.values()):
+        if fortran or dtype.kind not in "iuf" or len(shape) < 1 or tuple(shape[1:]) != tuple(row):
+            return None
+    lengths = {shape[0] for shape, _, _ in headers}
+    if len(lengths) != 1:
+        return None
+    return _npz_blocks(path, list(members), headers, lengths.pop(), chunk_rows)
+
+
+def _npz_blocks(
+    path: Path, members: list[str], headers, n: int, chunk_rows: int
+) -> Iterator[list[np.ndarray]]:
+    with zipfile.ZipFile(path) as zf:
+        files = [zf.open(m + ".npy") for m in members]
+        try:
+            for f in files:  # past the header: the rows follow, in C order
+                _skip_npy_header(f)
+            step = max(chunk_rows, 1)
+            for start in range(0, max(n, 1), step):
+                m = min(step, n - start)
+                block = []
+                for f, (shape, _, dtype) in zip(files, headers):
+                    row = int(np.prod(shape[1:], dtype=np.int64))
+                    data = f.read(m * row * dtype.itemsize)
+                    block.append(np.frombuffer(data, dtype=dtype).reshape((m, *shape[1:])))
+                yield block
+        finally:
+            for f in files:
+                f.close()

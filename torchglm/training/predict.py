@@ -39,6 +39,7 @@ import torch
 
 from .._validation import InputError, NotFittedError, check_finite, existing_file, fail
 from ..data.files import CHUNK_ROWS, csv_layout, iter_csv, read_table
+from ..data.out_of_core import npz_row_blocks
 from .checkpoints import checkpoint_bytes, model_checkpoint_of, read_checkpoint
 
 __all__ = ["check_trained", "predict", "predict_main", "read_features", "read_inputs", "iter_inputs"]
@@ -121,9 +122,50 @@ def iter_inputs(
                 raise _missing_offset(path, offset, list(arr.dtype.names))
             read_table(path, features=features, require_target=False)
         return _npy_blocks(arr, path, features, offset, chunk_rows)
+    if path.suffix.lower() == ".npz" and chunk_rows is not None:
+        stream = _npz_stream(path, features, offset, chunk_rows)
+        if stream is not None:
+            return stream
     x = _read_array(path, features)
     o = None if offset is None else _read_offset_array(path, offset, x.shape[0])
     return _blocks(x, o, chunk_rows)
+
+
+def _npz_stream(path: Path, features: list[str], offset: str | None, chunk_rows: int):
+    """An NPZ's rows ``chunk_rows`` at a time, from its ``X`` (matched to the model's
+    columns as :func:`~torchglm.data.files.read_table` does: by its ``x0, x1, ...``
+    names, else by position) or from one array per feature; ``None`` for any other
+    layout, which is read whole (and refused there with the reader's message)."""
+    d = len(features)
+    extra = {} if offset is None else {offset: ()}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            has_x = "X.npy" in zf.namelist()
+    except (OSError, zipfile.BadZipFile):
+        return None
+    if has_x:
+        blocks = npz_row_blocks(path, {"X": (d,), **extra}, chunk_rows)
+        names = [f"x{j}" for j in range(d)]
+        index = [names.index(n) for n in features] if all(n in names for n in features) else list(range(d))
+
+        def features_of(b):
+            return b[0][:, index]
+    elif d:
+        blocks = npz_row_blocks(path, {**dict.fromkeys(features, ()), **extra}, chunk_rows)
+
+        def features_of(b):
+            return np.stack(b[:d], axis=1)
+    else:
+        return None
+    if blocks is None:
+        return None
+    return (
+        (
+            np.asarray(features_of(b), dtype=np.float64),
+            None if offset is None else np.asarray(b[-1], dtype=np.float64),
+        )
+        for b in blocks
+    )
 
 
 def _blocks(x: np.ndarray, o: np.ndarray | None, chunk_rows: int | None):

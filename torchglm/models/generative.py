@@ -80,15 +80,6 @@ from ..passes import FitResult, Fitter, run_passes
 __all__ = ["GenerativeClassifier", "ClosedFormFitter"]
 
 
-def _stored_values(x: torch.Tensor) -> torch.Tensor:
-    """The stored entries of a dense or sparse (COO/CSR) tensor."""
-    if x.layout == torch.sparse_coo:
-        return x.coalesce().values()
-    if x.layout == torch.sparse_csr:
-        return x.values()
-    return x
-
-
 def row_sum(x: torch.Tensor, fn=None) -> torch.Tensor:
     """``sum_j fn(x_ij)`` for each row of a dense or sparse matrix, shape (n,).
 

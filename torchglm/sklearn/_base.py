@@ -115,9 +115,23 @@ class TorchEstimator(BaseEstimator):
             sample_weight = sample_weight.detach().cpu().numpy()
         return _check_sample_weight(sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64)
 
-    def _predict_input(self, X):
+    def _fitted_input(self, X):
+        """``X`` for a fitted estimator: the one fitted check (scikit-learn's
+        ``NotFittedError``), then scikit-learn's conventions (:meth:`_validate_X`).
+        For callers whose next step is a gate of the core (``glm_results``, ``score``,
+        the Bayesian predictive); predictions use :meth:`_predict_input`."""
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
+
+    def _predict_input(self, X) -> torch.Tensor:
+        """``X`` through the one prediction gate: :meth:`_fitted_input`, then the core
+        model's ``check_features`` (a tensor on its device, its width, finite, in its
+        domain, in its dtype) without the core's own fitted check, which
+        ``check_is_fitted`` has just made (``model_`` exists only after a fit). The
+        caller then takes the core's unchecked path (``forward``, ``log_posterior``):
+        one fitted check and one finiteness scan per prediction."""
+        X = self._fitted_input(X)  # before model_ is read: the fitted check first
+        return self.model_.check_features(X)
 
 
 def check_target_values(y) -> None:
@@ -173,14 +187,13 @@ class LabelEncoding:
 
 class LogProbaOutputs:
     """Classifier mixin: ``predict_log_proba`` and ``predict_proba`` from the
-    estimator's ``_log_proba(X)`` (n, K) tensor, columns in the order of ``classes_``."""
+    estimator's ``_log_proba(X)`` (n, K) tensor, columns in the order of ``classes_``
+    (``_log_proba`` makes the one fitted check, :meth:`TorchEstimator._predict_input`)."""
 
     def predict_log_proba(self, X) -> np.ndarray:
         """``log p(C_k | x)`` (n, K) (see :func:`log_proba_output`)."""
-        check_is_fitted(self)
         return log_proba_output(self._log_proba(X))
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities (n, K), columns in the order of ``classes_``."""
-        check_is_fitted(self)
         return to_numpy(self._log_proba(X).exp())

@@ -900,8 +900,7 @@ class StepFitter(Fitter):
         if self.finishing:
             r.extra.finish_steps = r.n_iter - self.finish_from
             r.message = (
-                f"{r.extra.first_order_stop}; then {r.extra.finish_steps} "
-                f"Newton-type step(s): {message}"
+                f"{r.extra.first_order_stop}; then {r.extra.finish_steps} Newton-type step(s): {message}"
             )
         if warn:
             _warn(f"{self.name}: {message}", ConvergenceWarning)

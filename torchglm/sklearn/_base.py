@@ -113,6 +113,9 @@ class TorchEstimator(BaseEstimator):
             return None
         if isinstance(sample_weight, torch.Tensor):
             sample_weight = sample_weight.detach().cpu().numpy()
+        # NaN/inf weights get model.fit's message (scikit-learn's check would say it in
+        # its words); shape and dtype are scikit-learn's, negative weights the core's
+        check_target_values(sample_weight, "weight")
         return _check_sample_weight(sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64)
 
     def _fitted_input(self, X):
@@ -134,15 +137,16 @@ class TorchEstimator(BaseEstimator):
         return self.model_.check_features(X)
 
 
-def check_target_values(y) -> None:
+def check_target_values(y, name: str = "y") -> None:
     """A numeric ``y`` (floats: labels of any other type are left to the label
     encoding) through the library's finiteness check, so NaN/inf targets get the
-    message ``model.fit`` gives (:func:`torchglm._validation.check_finite`)."""
+    message ``model.fit`` gives (:func:`torchglm._validation.check_finite`); with
+    ``name="weight"`` the same for sample weights."""
     if isinstance(y, torch.Tensor):
         y = y.detach().cpu().numpy()
     arr = np.asarray(y)
     if arr.dtype.kind == "f":
-        check_finite("y", to_tensor("y", arr))
+        check_finite(name, to_tensor(name, arr.reshape(-1) if arr.ndim == 0 else arr))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:

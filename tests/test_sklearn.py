@@ -353,3 +353,31 @@ def test_one_gate_per_prediction(monkeypatch, est, method):
     monkeypatch.setattr(FittedFlag, "check_fitted", counted("fitted", FittedFlag.check_fitted))
     getattr(est, method)(x)
     assert counts == {"fitted": 1, "finite": 1}
+
+
+def test_score_with_a_label_never_seen_in_fit_is_sklearns_accuracy(binary):
+    """scikit-learn's LogisticRegression.score counts a label outside classes_ as a wrong
+    prediction (accuracy_score of y and predict(X)), no error: the same here."""
+    x, y = binary
+    unseen = y.copy()
+    unseen[:7] = 7
+    ours = tgs.LogisticRegression(C=1.0).fit(x, y).score(x, unseen)
+    theirs = sklm.LogisticRegression(C=1.0).fit(x, y).score(x, unseen)
+    assert ours == pytest.approx(theirs, abs=1.0 / len(y)) and ours < tgs.LogisticRegression(C=1.0).fit(
+        x, y
+    ).score(x, y)
+
+
+@pytest.mark.parametrize("est", _classifiers() + [tgs.GLMRegressor()], ids=lambda e: type(e).__name__)
+def test_nan_sample_weight_gets_the_librarys_message(binary, est):
+    """A NaN sample weight is refused as model.fit refuses it (an InputError, which is a
+    ValueError as scikit-learn's checks expect), not in scikit-learn's words."""
+    x, y = binary
+    x = np.abs(x) if type(est).__name__ in ("MultinomialNB", "PoissonNB") else x
+    x = np.round(x) if type(est).__name__ in ("MultinomialNB", "PoissonNB", "BernoulliNB") else x
+    w = np.ones(len(y))
+    w[4] = np.nan
+    with pytest.raises(
+        torchglm.InputError, match=r"^weight: expected finite values .* first at index \(4,\)$"
+    ):
+        est.fit(x, y, sample_weight=w)

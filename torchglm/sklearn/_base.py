@@ -12,8 +12,14 @@ Finiteness is the library's one gate (:mod:`torchglm._validation`), not
 scikit-learn's: ``X`` passes ``validate_data`` with ``ensure_all_finite=False`` and
 the core model rejects NaN/inf with the message ``model.fit`` gives, and a numeric
 ``y`` is checked (:func:`check_target_values`) before scikit-learn would reject it
-in its own words; ``score`` checks its ``y`` the same way. So a NaN, an inf, a
-negative Poisson count reads the same through every door.
+in its own words; ``score`` checks its ``y`` the same way, and ``sample_weight``
+too. So a NaN, an inf, a negative Poisson count reads the same through every door.
+
+A prediction passes one gate: scikit-learn's ``check_is_fitted`` (once), its
+``validate_data`` (feature names, ``n_features_in_``), then the core model's
+``check_features`` (the one finiteness scan, the model's domain) and its unchecked
+path (``forward``, ``log_posterior``), not the core's validated ``predict*``, which
+would check fitted and finite again (:meth:`TorchEstimator._predict_input`).
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ def test_module_argument_errors(kwargs, message):
         ("nan", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(1 NaN, 0 inf\\)"),
         ("inf", "X: expected finite values \\(no NaN or inf\\), got 1 non-finite entries \\(0 NaN, 1 inf\\)"),
         ("label_outside", "y: expected labels in \\{0, ..., 1\\}, got label 2"),
-        ("single_class", "y \\(train split\\): expected at least two classes, got a single class 1"),
+        ("single_class", "y: expected at least two classes, got a single class 1"),
         ("non_integer", "expected integer class labels"),
     ],
 )
@@ -272,6 +272,21 @@ def test_module_data_errors(tmp_path, case, message):
     np.savez(path, X=x, y=y)
     with pytest.raises(InputError, match=message):
         GLMDataModule(str(path), task="classification", n_classes=2).setup()
+
+
+def test_module_class_missing_from_the_training_split_only(tmp_path):
+    """Every row holds two classes (model.fit on them would fit), but the training
+    split holds one: the split is named."""
+    x, _ = _xy(n=30)
+    dm = GLMDataModule(str(tmp_path / "d.npz"), task="classification", n_classes=2)
+    perm = torch.randperm(30, generator=torch.Generator().manual_seed(dm.split_seed))
+    y = np.zeros(30)
+    y[perm[-3:].numpy()] = 1  # the last rows of the permutation: the test split
+    np.savez(tmp_path / "d.npz", X=x, y=y)
+    with pytest.raises(
+        InputError, match=r"^y \(train split\): expected at least two classes, got a single class 0"
+    ):
+        dm.setup()
 
 
 def test_labels_checked_against_model_classes():

@@ -42,3 +42,25 @@ def test_a_fit_reports_typed_entries():
     assert isinstance(r.extra, FitExtra)
     assert r.extra.hessian.shape == (4, 4) and r.extra.passes > 0 and r.extra.solver_choice == "user"
     assert r.extra.loss == r.extra["loss"]
+
+
+def test_the_library_reads_fit_extra_by_attribute():
+    """Inside torchglm a FitExtra is read and written by its typed fields
+    (``extra.hessian``), never by string key: a misspelt key would be a silent ``None``
+    (``extra.get("hesian")``) where a misspelt attribute is an AttributeError. The dict
+    interface stays for user code and old checkpoints (the tests above)."""
+    import pathlib
+    import re
+
+    import torchglm
+
+    by_key = re.compile(r"""\.extra(\[["']|\.get\(|\.setdefault\()|["']\w+["'] in [\w.]*\bextra\b""")
+    root = pathlib.Path(torchglm.__file__).parent
+    found = [
+        f"{path.relative_to(root)}:{i}: {line.strip()}"
+        for path in sorted(root.rglob("*.py"))
+        if path.name != "passes.py"  # FitExtra itself, whose docstring shows the dict interface
+        for i, line in enumerate(path.read_text().splitlines(), 1)
+        if by_key.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -100,3 +100,22 @@ def test_not_an_npy_file(tmp_path):
     np.save(tmp_path / "y.npy", np.zeros(1))
     with pytest.raises(InputError, match="x_path: expected a .npy file"):
         NpyBatches(tmp_path / "x.npy", tmp_path / "y.npy")
+
+
+def test_csv_batches_read_by_the_one_csv_reader(tmp_path):
+    """CSVBatches follows train.py's reader: a byte-order mark, blank lines (not rows:
+    the shards partition the data rows), and a bad cell named by line and column."""
+    from torchglm.data.files import read_table
+
+    path = tmp_path / "bom.csv"
+    path.write_bytes(b"\xef\xbb\xbfa,b,y\n1,2,0\n\n3,4,1\n5,6,0\n\n\n")
+    src = CSVBatches(path, "y", batch_size=2, shard=False)
+    table = read_table(path, target="y")
+    assert src.n_rows == 3
+    assert torch.equal(torch.cat([b.x for b in src]), torch.from_numpy(table.x))
+    assert torch.equal(torch.cat([b.y for b in src]), torch.from_numpy(table.y).long())
+    path.write_text("a,b,y\n1,2,0\n3,oops,1\n")
+    with pytest.raises(
+        InputError, match=r"^path '.*bom.csv' line 3 column 'b': expected numeric values, got 'oops'$"
+    ):
+        CSVBatches(path, "y", batch_size=2, shard=False)

@@ -300,3 +300,84 @@ def test_sklearn_version_has_the_api_these_estimators_use():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         tgs.LogisticRegression().fit(np.eye(4), [0, 1, 0, 1])
+
+
+def _classifiers():
+    """Every classifier of torchglm.sklearn, with defaults (the registry: a new one is
+    counted for free)."""
+    return [
+        getattr(tgs, name)()
+        for name in tgs.__all__
+        if isinstance(getattr(tgs, name), type) and sklearn.base.is_classifier(getattr(tgs, name)())
+    ]
+
+
+@pytest.mark.parametrize("est", _classifiers(), ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize("method", ["predict_proba", "predict_log_proba", "predict"])
+def test_one_gate_per_prediction(monkeypatch, est, method):
+    """A prediction passes one gate: one fitted check and one finiteness scan of X
+    (scikit-learn's check_is_fitted, then the core's input gate; the wrapper takes the
+    core's unchecked path after it), not the wrapper's and the core's both."""
+    import sys
+
+    import sklearn.utils.validation as skv
+
+    from torchglm import _validation
+    from torchglm.models._fitted import FittedFlag
+
+    rng = np.random.default_rng(0)
+    x = rng.poisson(2.0, size=(60, 3)).astype(np.float64)
+    y = (x[:, 0] + rng.normal(size=60) > 2).astype(int)
+    if type(est).__name__ == "BernoulliNB":
+        x = (x > 1).astype(np.float64)
+    est.fit(x, y)
+    counts = {"fitted": 0, "finite": 0}
+
+    def counted(kind, f):
+        def g(*args, **kwargs):
+            counts[kind] += 1
+            return f(*args, **kwargs)
+
+        return g
+
+    checks = {
+        "check_is_fitted": (skv.check_is_fitted, counted("fitted", skv.check_is_fitted)),
+        "check_finite": (_validation.check_finite, counted("finite", _validation.check_finite)),
+        "_assert_all_finite": (skv._assert_all_finite, counted("finite", skv._assert_all_finite)),
+    }
+    for name, module in list(sys.modules.items()):  # every module's binding of each check
+        if name.split(".")[0] in ("torchglm", "sklearn"):
+            for attr, (original, wrapper) in checks.items():
+                if getattr(module, attr, None) is original:
+                    monkeypatch.setattr(module, attr, wrapper)
+    monkeypatch.setattr(FittedFlag, "check_fitted", counted("fitted", FittedFlag.check_fitted))
+    getattr(est, method)(x)
+    assert counts == {"fitted": 1, "finite": 1}
+
+
+def test_score_with_a_label_never_seen_in_fit_is_sklearns_accuracy(binary):
+    """scikit-learn's LogisticRegression.score counts a label outside classes_ as a wrong
+    prediction (accuracy_score of y and predict(X)), no error: the same here."""
+    x, y = binary
+    unseen = y.copy()
+    unseen[:7] = 7
+    ours = tgs.LogisticRegression(C=1.0).fit(x, y).score(x, unseen)
+    theirs = sklm.LogisticRegression(C=1.0).fit(x, y).score(x, unseen)
+    assert ours == pytest.approx(theirs, abs=1.0 / len(y)) and ours < tgs.LogisticRegression(C=1.0).fit(
+        x, y
+    ).score(x, y)
+
+
+@pytest.mark.parametrize("est", _classifiers() + [tgs.GLMRegressor()], ids=lambda e: type(e).__name__)
+def test_nan_sample_weight_gets_the_librarys_message(binary, est):
+    """A NaN sample weight is refused as model.fit refuses it (an InputError, which is a
+    ValueError as scikit-learn's checks expect), not in scikit-learn's words."""
+    x, y = binary
+    x = np.abs(x) if type(est).__name__ in ("MultinomialNB", "PoissonNB") else x
+    x = np.round(x) if type(est).__name__ in ("MultinomialNB", "PoissonNB", "BernoulliNB") else x
+    w = np.ones(len(y))
+    w[4] = np.nan
+    with pytest.raises(
+        torchglm.InputError, match=r"^weight: expected finite values .* first at index \(4,\)$"
+    ):
+        est.fit(x, y, sample_weight=w)

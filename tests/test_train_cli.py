@@ -241,7 +241,7 @@ def files(tmp_path):
         ("nan", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (1 NaN, 0 inf)"),
         ("inf", [], "X: expected finite values (no NaN or inf), got 1 non-finite entries (0 NaN, 1 inf)"),
         ("outside", [], "y: expected labels in {0, ..., 1}, got label 2"),
-        ("single", [], "y (train split): expected at least two classes, got a single class 1"),
+        ("single", [], "y: expected at least two classes, got a single class 1"),
         ("lengths", [], "X and the target with the same number of rows, got X=60, y=57"),
         ("missing", [], "data file: expected an existing file"),
         ("malformed", [], "column 'b': expected numeric values, got 'oops'"),

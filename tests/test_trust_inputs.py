@@ -229,7 +229,7 @@ def test_the_cli_data_module_uses_the_same_class_rule(tmp_path):
     dm = GLMDataModule(str(path), target="y", task="classification")
     with pytest.raises(
         InputError,
-        match=r"y \(train split\): expected at least two classes, got a single class 1",
+        match=r"y: expected at least two classes, got a single class 1",
     ):
         dm.setup()
 

@@ -40,6 +40,7 @@ __all__ = [
     "fail",
     "check_features",
     "check_finite",
+    "stored_values",
     "check_same_length",
     "check_weight",
     "check_offset",
@@ -139,8 +140,9 @@ def existing_file(name: str, path, what: str = "file") -> Path:
     raise fail(name, f"an existing {what}", f"'{path}' (not found)")
 
 
-def _stored_values(t: torch.Tensor) -> torch.Tensor:
-    """The stored entries of a sparse (COO/CSR) tensor; a dense tensor itself."""
+def stored_values(t: torch.Tensor) -> torch.Tensor:
+    """The stored entries of a sparse (COO/CSR) tensor (a COO tensor coalesced: one
+    entry per position); a dense tensor itself."""
     if t.layout == torch.strided:
         return t
     return t.coalesce().values() if t.layout == torch.sparse_coo else t.values()
@@ -154,7 +156,7 @@ def check_finite(name: str, t: torch.Tensor, first_row: int = 0) -> tuple[float,
     empty tensor: the one reduction that decides finiteness (``aminmax`` propagates
     NaN, and an inf is an extreme) also bounds the magnitude (:func:`check_magnitude`).
     """
-    values = _stored_values(t)
+    values = stored_values(t)
     if not values.is_floating_point() or values.numel() == 0:
         return None
     lo, hi = (float(v) for v in torch.aminmax(values))
@@ -371,7 +373,7 @@ def check_magnitude(
     if not t.is_floating_point() or t.numel() == 0:
         return
     if extremes is None:
-        values = _stored_values(t)
+        values = stored_values(t)
         if values.numel() == 0:
             return
         extremes = tuple(float(v) for v in torch.aminmax(values))  # one pass, no |values| copy

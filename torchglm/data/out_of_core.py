@@ -20,6 +20,7 @@ import torch
 from .._validation import check_finite, check_positive, existing_file, fail, optional_import
 from ..distributed import shard_range
 from .batches import Batch
+from .files import csv_layout, iter_csv
 
 __all__ = ["NpyBatches", "ParquetBatches", "CSVBatches", "npz_row_blocks"]
 
@@ -184,16 +185,22 @@ class ParquetBatches(_TableBatches):
 
 
 class CSVBatches(_TableBatches):
-    """Batches from a CSV file with a header row, read in chunks with pandas."""
+    """Batches from a CSV file with a header row, read in chunks by the library's one
+    CSV reader (:func:`~torchglm.data.files.iter_csv`, the rules of ``train.py`` and
+    ``torchglm predict``: a byte-order mark ignored, blank lines skipped, every row the
+    header's width, every cell a number). The rows are counted (for the shards) by
+    reading the file once when the batches are made, so a malformed row is reported
+    before a fit starts."""
 
     def _open(self) -> int:
-        with open(self.path, "rb") as f:
-            return max(sum(1 for _ in f) - 1, 0)
+        self._layout = csv_layout(self.path, header=True, role="path")
+        return sum(len(rows) for rows in iter_csv(self.path, self._layout, self.batch_size, role="path"))
 
     def _frames(self):
         import pandas as pd  # a core dependency (the one CSV reader's)
 
-        yield from pd.read_csv(self.path, chunksize=self.batch_size)
+        for rows in iter_csv(self.path, self._layout, self.batch_size, role="path"):
+            yield pd.DataFrame(rows, columns=self._layout.names)
 
 
 def _skip_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:

@@ -163,10 +163,10 @@ def _diverging_direction(H: torch.Tensor, grad: torch.Tensor, names: list[str], 
 
 
 def _diverging_from_solver(fit_result, names, J: torch.Tensor) -> list[str]:
-    """Names the solver flagged as diverging (``FitResult.extra["separation"]``)."""
+    """Names the solver flagged as diverging (``FitResult.extra.separation``)."""
     if fit_result is None:
         return []
-    sep = fit_result.extra.get("separation")
+    sep = fit_result.extra.separation
     if not sep:
         return []
     if isinstance(sep, dict):

@@ -500,7 +500,7 @@ def fit_glm(
     prior = var if weight is None else (weight if var is None else weight * var)
     name = glm_solver(model, x, options) if solver == "auto" else solver
     fit_result = model.fit(x, y, weight=prior, offset=offset, solver=name, **options)
-    fit_result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
+    fit_result.extra.solver_choice = "auto" if solver == "auto" else "user"
     model.feature_names = names
     return glm_results(
         model,

@@ -80,15 +80,6 @@ from ..passes import FitResult, Fitter, run_passes
 __all__ = ["GenerativeClassifier", "ClosedFormFitter"]
 
 
-def _stored_values(x: torch.Tensor) -> torch.Tensor:
-    """The stored entries of a dense or sparse (COO/CSR) tensor."""
-    if x.layout == torch.sparse_coo:
-        return x.coalesce().values()
-    if x.layout == torch.sparse_csr:
-        return x.values()
-    return x
-
-
 def row_sum(x: torch.Tensor, fn=None) -> torch.Tensor:
     """``sum_j fn(x_ij)`` for each row of a dense or sparse matrix, shape (n,).
 
@@ -334,7 +325,12 @@ class GenerativeClassifier(FittedFlag, nn.Module):
             NotFittedError: before a fit.
             InputError: invalid ``x``, or ``a`` not finite in the model's dtype.
         """
-        x = self._checked(x)
+        return self.log_posterior(self._checked(x))
+
+    def log_posterior(self, x: torch.Tensor) -> torch.Tensor:
+        """``log p(C_k | x)`` as :meth:`predict_log_proba`, for features that have
+        passed :meth:`check_features` (no fitted check, no input gate: the path of a
+        caller that made both, as the scikit-learn estimators do once per call)."""
         return torch.log_softmax(self._relative_joint(x), dim=1)
 
     @torch.no_grad()

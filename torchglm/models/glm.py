@@ -255,18 +255,27 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         p = self.linear.weight
         return as_data(x, y, weight, offset, device=p.device, float_dtype=p.dtype)
 
+    def check_features(self, x, name: str = "X") -> torch.Tensor:
+        """The prediction gate without the fitted check: ``x`` (a tensor or an
+        array-like, :func:`~torchglm._validation.to_tensor`) 2-D with
+        ``n_features`` columns and finite (:func:`~torchglm._validation.check_features`),
+        returned in the parameters' dtype and on their device, ready for :meth:`forward`.
+
+        Raises:
+            InputError: a wrong shape or feature count, non-finite values.
+        """
+        p = self.linear.weight
+        x = to_tensor(name, x, device=p.device, float_dtype=p.dtype)
+        check_features(name, x, self.n_features)
+        return x.to(device=p.device, dtype=p.dtype)
+
     def _check_predict(self, x, offset) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Validate prediction inputs like :meth:`check_data` and cast them to the
         parameters' dtype and device."""
         self.check_fitted()
-        p = self.linear.weight
-        x = to_tensor("X", x, device=p.device, float_dtype=p.dtype)
-        check_features("X", x, self.n_features)
+        x = self.check_features(x)
         offset = as_tensor("offset", offset, x)
         check_offset(offset, x.shape[0])
-        x = x.to(device=p.device, dtype=p.dtype)
-        if offset is not None:
-            offset = offset.to(device=p.device, dtype=p.dtype)
         return x, offset
 
     @torch.no_grad()

@@ -36,8 +36,8 @@ import numbers
 import numpy as np
 import torch
 
-from .._validation import NumericalWarning, fail, warn
-from .generative import LOG_2PI, GenerativeClassifier, _stored_values, class_sums, matmul, row_sum
+from .._validation import NumericalWarning, fail, stored_values, warn
+from .generative import LOG_2PI, GenerativeClassifier, class_sums, matmul, row_sum
 
 __all__ = ["MultinomialNB", "BernoulliNB", "GaussianNB", "PoissonNB"]
 
@@ -45,7 +45,7 @@ _ALPHA_FALLBACK = 1e-10
 
 
 def _check_counts(name: str, x: torch.Tensor) -> None:
-    values = _stored_values(x)
+    values = stored_values(x)
     if values.numel() == 0:
         return
     if bool((values < 0).any()):
@@ -289,7 +289,7 @@ class BernoulliNB(GenerativeClassifier):
 
     def _check_domain(self, name, x):
         if self.binarize is None:
-            values = _stored_values(x)
+            values = stored_values(x)
             bad = (values != 0) & (values != 1)
             if bool(bad.any()):
                 raise fail(

@@ -12,8 +12,14 @@ Finiteness is the library's one gate (:mod:`torchglm._validation`), not
 scikit-learn's: ``X`` passes ``validate_data`` with ``ensure_all_finite=False`` and
 the core model rejects NaN/inf with the message ``model.fit`` gives, and a numeric
 ``y`` is checked (:func:`check_target_values`) before scikit-learn would reject it
-in its own words; ``score`` checks its ``y`` the same way. So a NaN, an inf, a
-negative Poisson count reads the same through every door.
+in its own words; ``score`` checks its ``y`` the same way, and ``sample_weight``
+too. So a NaN, an inf, a negative Poisson count reads the same through every door.
+
+A prediction passes one gate: scikit-learn's ``check_is_fitted`` (once), its
+``validate_data`` (feature names, ``n_features_in_``), then the core model's
+``check_features`` (the one finiteness scan, the model's domain) and its unchecked
+path (``forward``, ``log_posterior``), not the core's validated ``predict*``, which
+would check fitted and finite again (:meth:`TorchEstimator._predict_input`).
 """
 
 from __future__ import annotations
@@ -113,22 +119,40 @@ class TorchEstimator(BaseEstimator):
             return None
         if isinstance(sample_weight, torch.Tensor):
             sample_weight = sample_weight.detach().cpu().numpy()
+        # NaN/inf weights get model.fit's message (scikit-learn's check would say it in
+        # its words); shape and dtype are scikit-learn's, negative weights the core's
+        check_target_values(sample_weight, "weight")
         return _check_sample_weight(sample_weight, np.empty((X.shape[0], 0)), dtype=np.float64)
 
-    def _predict_input(self, X):
+    def _fitted_input(self, X):
+        """``X`` for a fitted estimator: the one fitted check (scikit-learn's
+        ``NotFittedError``), then scikit-learn's conventions (:meth:`_validate_X`).
+        For callers whose next step is a gate of the core (``glm_results``, ``score``,
+        the Bayesian predictive); predictions use :meth:`_predict_input`."""
         check_is_fitted(self)
         return self._validate_X(X, reset=False)
 
+    def _predict_input(self, X) -> torch.Tensor:
+        """``X`` through the one prediction gate: :meth:`_fitted_input`, then the core
+        model's ``check_features`` (a tensor on its device, its width, finite, in its
+        domain, in its dtype) without the core's own fitted check, which
+        ``check_is_fitted`` has just made (``model_`` exists only after a fit). The
+        caller then takes the core's unchecked path (``forward``, ``log_posterior``):
+        one fitted check and one finiteness scan per prediction."""
+        X = self._fitted_input(X)  # before model_ is read: the fitted check first
+        return self.model_.check_features(X)
 
-def check_target_values(y) -> None:
+
+def check_target_values(y, name: str = "y") -> None:
     """A numeric ``y`` (floats: labels of any other type are left to the label
     encoding) through the library's finiteness check, so NaN/inf targets get the
-    message ``model.fit`` gives (:func:`torchglm._validation.check_finite`)."""
+    message ``model.fit`` gives (:func:`torchglm._validation.check_finite`); with
+    ``name="weight"`` the same for sample weights."""
     if isinstance(y, torch.Tensor):
         y = y.detach().cpu().numpy()
     arr = np.asarray(y)
     if arr.dtype.kind == "f":
-        check_finite("y", to_tensor("y", arr))
+        check_finite(name, to_tensor(name, arr.reshape(-1) if arr.ndim == 0 else arr))
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
@@ -173,14 +197,13 @@ class LabelEncoding:
 
 class LogProbaOutputs:
     """Classifier mixin: ``predict_log_proba`` and ``predict_proba`` from the
-    estimator's ``_log_proba(X)`` (n, K) tensor, columns in the order of ``classes_``."""
+    estimator's ``_log_proba(X)`` (n, K) tensor, columns in the order of ``classes_``
+    (``_log_proba`` makes the one fitted check, :meth:`TorchEstimator._predict_input`)."""
 
     def predict_log_proba(self, X) -> np.ndarray:
         """``log p(C_k | x)`` (n, K) (see :func:`log_proba_output`)."""
-        check_is_fitted(self)
         return log_proba_output(self._log_proba(X))
 
     def predict_proba(self, X) -> np.ndarray:
         """Class probabilities (n, K), columns in the order of ``classes_``."""
-        check_is_fitted(self)
         return to_numpy(self._log_proba(X).exp())

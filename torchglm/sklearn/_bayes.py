@@ -9,7 +9,6 @@ import math
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_positive
 from ..models.glm import LogisticRegression as _Logistic
@@ -100,7 +99,7 @@ class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin
     def _predictive(self, X):
         from ..bayes import predictive
 
-        x = self._predict_input(X)
+        x = self._fitted_input(X)  # predictive() is the gate: one finiteness scan
         x = self.model_.as_data(x)[0].to(self.model_.param_dtype)
         generator = torch.Generator(device=x.device).manual_seed(int(self.random_state))
         return predictive(self.model_, self.posterior_, x, n_samples=self.n_samples, generator=generator)
@@ -114,10 +113,8 @@ class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin
 
     def decision_function(self, X) -> np.ndarray:
         """Two classes: the predictive log-odds ``kappa(sigma_a^2) mu_a``; more: ``log p(C_k|x, D)``."""
-        check_is_fitted(self)
         lp = self._log_proba(X)
         return to_numpy(lp[:, 1] - lp[:, 0] if lp.shape[1] == 2 else lp)
 
     def predict(self, X) -> np.ndarray:
-        check_is_fitted(self)
         return self._decode(self._log_proba(X).argmax(dim=1))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin
-from sklearn.utils.validation import check_is_fitted, check_non_negative
+from sklearn.utils.validation import check_non_negative
 
 from .. import models
 from ._base import LabelEncoding, TorchEstimator, log_proba_output, to_numpy
@@ -60,20 +60,18 @@ class _GenerativeEstimator(LabelEncoding, ClassifierMixin, TorchEstimator):
         return self
 
     def _log_proba(self, X) -> torch.Tensor:
-        check_is_fitted(self)
-        return self.model_.predict_log_proba(self._predict_input(X))
+        x = self._predict_input(X)  # before model_ is read: the fitted check first
+        return self.model_.log_posterior(x)
 
     def predict_log_proba(self, X) -> np.ndarray:
         """``log p(C_k | x)`` (n, K), columns in the order of ``classes_``."""
         return log_proba_output(self._log_proba(X))
 
     def predict_proba(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        return to_numpy(self.model_.predict_proba(self._predict_input(X)))
+        return to_numpy(self._log_proba(X).exp())
 
     def predict(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        return self._decode(self.model_.predict(self._predict_input(X)))
+        return self._decode(self._log_proba(X).argmax(dim=1))
 
 
 class _Discriminant(_GenerativeEstimator):

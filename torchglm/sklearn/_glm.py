@@ -19,7 +19,6 @@ import math
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, RegressorMixin
-from sklearn.utils.validation import check_is_fitted
 
 from .._validation import check_positive, fail
 from ..families import get_family
@@ -68,6 +67,13 @@ class _GLMEstimator(TorchEstimator):
     def _targets_for_results(self, y):
         return y
 
+    @torch.no_grad()
+    def _eta(self, X) -> torch.Tensor:
+        """``eta`` for ``X`` through the one prediction gate (:meth:`_predict_input`),
+        then the core model's unchecked ``forward``."""
+        x = self._predict_input(X)  # before model_ is read: the fitted check first
+        return self.model_(x)
+
     def glm_results(self, X, y, sample_weight=None, **kwargs) -> GLMResults:
         """statsmodels-style inference (:func:`torchglm.glm_results`) for the fitted
         model on its training data ``X, y``: standard errors, z tests, intervals,
@@ -77,7 +83,7 @@ class _GLMEstimator(TorchEstimator):
 
         ``kwargs``: ``alpha`` (interval level), ``use_t``, ``information``.
         """
-        X = self._predict_input(X)
+        X = self._fitted_input(X)
         y = self._targets_for_results(
             y.detach().cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
         )
@@ -183,7 +189,7 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
 
     def _log_proba(self, X) -> torch.Tensor:
         """``log p(C_k | x)``, (n, K), on the eta scale (no log of a rounded probability)."""
-        eta = self.model_.predict_eta(self._predict_input(X))
+        eta = self._eta(X)
         if self.model_.family.multi_output:
             return torch.log_softmax(eta, dim=1)
         link = self.model_.family.link
@@ -192,17 +198,13 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
     def decision_function(self, X) -> np.ndarray:
         """Binary: the log-odds ``log p1 / p0`` (``eta`` itself for the logit link), > 0
         for ``classes_[1]``; multinomial: ``eta`` (n, K)."""
-        check_is_fitted(self)
-        if self.model_.family.multi_output:
-            return to_numpy(self.model_.predict_eta(self._predict_input(X)))
-        if self._link_name() == "logit":
-            return to_numpy(self.model_.predict_eta(self._predict_input(X)))
+        if self._link_name() == "logit":  # binary logit, and multinomial (always logit)
+            return to_numpy(self._eta(X))
         lp = self._log_proba(X)
         return to_numpy(lp[:, 1] - lp[:, 0])
 
     def predict(self, X) -> np.ndarray:
-        check_is_fitted(self)
-        eta = self.model_.predict_eta(self._predict_input(X))
+        eta = self._eta(X)  # first: its fitted check comes before model_ is read
         return self._decode(self.model_.family.predict(eta))
 
 
@@ -360,8 +362,7 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         """``D^2 = 1 - D(y, mu) / D(y, ybar)``, the fraction of deviance explained (the
         score of scikit-learn's GLM regressors; ``R^2`` for the Gaussian family), with
         ``D = sum_i s_i d(y_i, mu_i)`` the family's deviance and ``ybar`` the weighted mean."""
-        check_is_fitted(self)
-        X = self._predict_input(X)
+        X = self._fitted_input(X)
         check_target_values(y)
         if isinstance(y, torch.Tensor):
             y = y.detach()
@@ -369,7 +370,8 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         # support, finiteness, one message), not scored into a NaN
         x, y, s, _ = self.model_.as_data(X, y, self._sample_weight(sample_weight, X))
         x, y = self.model_.check_data(x, y, s, fitting=False)
-        mu = self.model_.predict(x)
+        with torch.no_grad():
+            mu = self.model_.family.mean(self.model_(x.to(self.model_.param_dtype)))
         y = y.to(mu)
         s = torch.ones_like(y) if s is None else s.to(mu)
         family = self.model_.family
@@ -380,5 +382,5 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
 
     def predict(self, X) -> np.ndarray:
         """The predicted mean ``E[y | x]``, shape (n,)."""
-        check_is_fitted(self)
-        return to_numpy(self.model_.predict(self._predict_input(X)))
+        eta = self._eta(X)  # first: its fitted check comes before model_ is read
+        return to_numpy(self.model_.family.mean(eta))

@@ -139,7 +139,7 @@ def fit(
         dtype: computation dtype; Newton-type solvers default to float64. Where it is
             wider than the model's parameters (a float32 model under Newton's default,
             or the float64 polish), the optimum is rounded to them: ``E`` there is
-            evaluated once more (``extra["rounding_gap"]``), and a fit whose rounded
+            evaluated once more (``extra.rounding_gap``), and a fit whose rounded
             optimum is more than ``tol max(1, |E|)`` above the optimum says
             ``converged=False`` with a :class:`~torchglm.NumericalWarning` (fit a
             float64 model to keep it).
@@ -207,13 +207,13 @@ def fit(
         extra = {}
         if (
             result is not None
-            and result.extra.get("hessian") is not None
+            and result.extra.hessian is not None
             and issubclass(cls, NewtonFitter)
             and hessian_precision == "highest"
         ):
             # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
             # (Not a TF32/bf16 one: its decrement would carry that Hessian's error.)
-            extra["fixed_hessian"] = result.extra["hessian"]
+            extra["fixed_hessian"] = result.extra.hessian
         stage_options = dict(options)
         if dt != stages[-1] and issubclass(cls, NewtonFitter):
             # A lower-precision stage followed by the float64 polish stops at its own
@@ -235,13 +235,13 @@ def fit(
         if not fitter.done:
             fitter.stop(f"max_passes={limit} reached")
         result = stage if result is None else _chain(result, stage)
-        if "separation" in result.extra:
+        if result.extra.separation is not None:
             break
     if dt.itemsize > model.param_dtype.itemsize:  # the last stage run (separation ends early)
         _check_rounding(model, result, dt, (xs, ys, ws, os_), tol)
     model.mark_fitted()
     model.feature_names = names
-    result.extra["solver_choice"] = "auto" if solver == "auto" else "user"
+    result.extra.solver_choice = "auto" if solver == "auto" else "user"
     return result
 
 
@@ -250,14 +250,14 @@ def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: flo
     ``E`` there in the fit's ``dtype``. On columns equal up to float32 rounding the
     float64 optimum has coefficients of +-1e6, and rounded to float32 it was 4e-5
     above itself; such a fit is not converged (nothing silently down-cast)."""
-    if result.extra.get("loss") is None:
+    if result.extra.loss is None:
         return
     probe = copy.deepcopy(model).to(dtype)
     with torch.no_grad():
         rounded = float(probe.objective(*data))
-    best = float(result.extra["loss"])
+    best = float(result.extra.loss)
     gap = rounded - best
-    result.extra["rounding_gap"] = gap
+    result.extra.rounding_gap = gap
     if result.converged and not gap <= tol * max(1.0, abs(best)):
         result.converged = False
         result.message += (
@@ -275,9 +275,9 @@ def _chain(first: FitResult, second: FitResult) -> FitResult:
         h["iteration"] += offset
     second.history = first.history + second.history
     second.n_iter += offset
-    second.extra["stages"] = [first.extra.get("dtype"), second.extra.get("dtype")]
-    if second.extra.get("hessian") is None and first.extra.get("hessian") is not None:
+    second.extra.stages = [first.extra.dtype, second.extra.dtype]
+    if second.extra.hessian is None and first.extra.hessian is not None:
         # Newton's polish steps with the first stage's Hessian (float32-accurate).
-        second.extra["hessian"] = first.extra["hessian"].to(torch.float64)
-    second.extra["passes"] = first.extra.get("passes", 0) + second.extra.get("passes", 0)
+        second.extra.hessian = first.extra.hessian.to(torch.float64)
+    second.extra.passes = (first.extra.passes or 0) + (second.extra.passes or 0)
     return second

@@ -142,7 +142,7 @@ class StepFitter(Fitter):
             the loss, gradient and every stopping decision stay in the working
             dtype, and the stage that continues decides convergence with its own
             exact Hessians. The stage's numerical safeguards (an indefinite or
-            singular rounded Hessian) are counted in ``extra["numerical_warnings"]``
+            singular rounded Hessian) are counted in ``extra.numerical_warnings``
             without a warning.
     """
 
@@ -340,7 +340,7 @@ class StepFitter(Fitter):
                 self._no_valid_start()
             else:
                 self.theta = theta.to(self.theta.device)
-                self.result.extra["start"] = "weighted least squares from the data (mu0 from y)"
+                self.result.extra.start = "weighted least squares from the data (mu0 from y)"
             return self.done
         s = self.sums.finish()
         self.n_passes += 1
@@ -622,7 +622,7 @@ class StepFitter(Fitter):
         x, n_cg, self.solve_exact = cg_solve(
             s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=self.cg_preconditioner(s), floor=floor
         )
-        self.result.extra.setdefault("cg_iterations", []).append(n_cg)
+        self.result.extra.cg_iterations = (self.result.extra.cg_iterations or []) + [n_cg]
         x = self.remove_shift(x)
         return x, float(-(s.grad @ x))
 
@@ -641,7 +641,7 @@ class StepFitter(Fitter):
         (at once from ``s`` when its pass already summed that curvature)."""
         self.finishing = True
         self.finish_from = self.result.n_iter
-        self.result.extra["first_order_stop"] = reason
+        self.result.extra.first_order_stop = reason
         self.prev_delta = None
         self.sep_streak = 0
         if s is not None and s.curvature == self.finish_curvature:
@@ -728,7 +728,7 @@ class StepFitter(Fitter):
         if not bool(torch.isfinite(b).all()) or not bool(self.model.family.valid_eta(b).all()):
             return False
         self.theta = theta
-        self.result.extra["start"] = "intercept-only"
+        self.result.extra.start = "intercept-only"
         return True
 
     def _targets_on_boundary(self, s: PassSums) -> bool:
@@ -754,7 +754,7 @@ class StepFitter(Fitter):
             "which no linear predictor in the link's domain reaches, whatever the L2 penalty (the "
             "intercept is not penalized); the maximum-likelihood estimate does not exist"
         )
-        self.result.extra["separation"] = {
+        self.result.extra.separation = {
             "kind": "boundary",
             "n_saturated": s.n_samples,
             "n_samples": s.n_samples,
@@ -782,7 +782,7 @@ class StepFitter(Fitter):
         if not self.restarted and model.has_intercept:
             self.restarted = True
             self.theta = self._intercept_only(s)
-            self.result.extra["start"] = "intercept-only (the given start was outside the link's domain)"
+            self.result.extra.start = "intercept-only (the given start was outside the link's domain)"
             return None
         if not self.data_start_tried and s.no_likelihood and float(s.weight_sum) > 0:
             return self._data_start(s)  # a domain problem (not an overflow): start from the data
@@ -860,7 +860,7 @@ class StepFitter(Fitter):
             "direction": direction.detach().cpu(),
             "coefficients": coefs,
         }
-        self.result.extra["separation"] = info
+        self.result.extra.separation = info
         where = (
             "probabilities numerically 0 or 1"
             if self.model.family.is_classifier
@@ -898,10 +898,9 @@ class StepFitter(Fitter):
             )
         r.extra.update(passes=self.n_passes, dtype=str(self.dtype), numerical_warnings=dict(self.notes))
         if self.finishing:
-            r.extra["finish_steps"] = r.n_iter - self.finish_from
+            r.extra.finish_steps = r.n_iter - self.finish_from
             r.message = (
-                f"{r.extra['first_order_stop']}; then {r.extra['finish_steps']} "
-                f"Newton-type step(s): {message}"
+                f"{r.extra.first_order_stop}; then {r.extra.finish_steps} Newton-type step(s): {message}"
             )
         if warn:
             _warn(f"{self.name}: {message}", ConvergenceWarning)

@@ -290,7 +290,10 @@ class GLMDataModule(pl.LightningDataModule):
         if self.n_classes is not None and n_classes != self.n_classes:
             raise fail("n_classes", f"{self.n_classes} (declared for the data)", f"{n_classes} (the model's)")
         family = get_family("categorical") if family is None else family
-        check_targets(family, y_all, n_classes, weight, fitting=False)
+        # Every row through model.fit's gate (a single class or an empty declared class
+        # in the data read as model.fit would say it), then the training split alone:
+        # a class present in the data can still be missing from the rows fitted.
+        check_targets(family, y_all, n_classes, weight, fitting=True)
         check_classes("y (train split)", self._splits["train"][1], self._extras["train"][0], n_classes)
         self._splits = {k: (x, y.long()) for k, (x, y) in self._splits.items()}
         self.task, self.n_classes = "classification", n_classes

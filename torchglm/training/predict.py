@@ -376,7 +376,11 @@ def _predict_block(task, x_np: np.ndarray, offset_np, offset_name, first_row: in
         offset = offset.to(task.data_dtype)  # as the data module casts it for training
     family = task.model.family
     with torch.no_grad():
-        eta = task(task.standardize(x), offset)
+        # the model's own gate on its inputs, as its predict_proba checks them (the
+        # width, a count model's integer counts): what model.predict_proba refuses, the
+        # CLI refuses with the same message
+        z = task.model.check_features(task.phi(task.standardize(x)))
+        eta = task.model(z) if offset is None else task.model(z, offset)
     mu, label = family.mean(eta), family.predict(eta)
     if family.is_classifier:
         proba = mu if mu.dim() == 2 else torch.stack([1 - mu, mu], dim=1)

@@ -177,6 +177,35 @@ def test_count_naive_bayes_match_sklearn_on_counts_sparse_or_dense():
         tgs.PoissonNB().fit(-z, y)
 
 
+@pytest.mark.parametrize("alpha", [1.0, 0.05])
+def test_multinomial_nb_on_tfidf_matches_sklearn(alpha):
+    """Issue 27: tf-idf weights (non-negative reals, kept sparse) in a pipeline give
+    scikit-learn's MultinomialNB posteriors; the shipped movie reviews are the corpus."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from torchglm.datasets import load_movie_reviews
+
+    texts, y = load_movie_reviews(include_plots=True)
+    train, test = slice(0, None, 2), slice(1, None, 2)
+    texts_train, texts_test = texts[train], texts[test]
+    ours = make_pipeline(TfidfVectorizer(), tgs.MultinomialNB(alpha=alpha))
+    ref = make_pipeline(TfidfVectorizer(), sknb.MultinomialNB(alpha=alpha))
+    ours.fit(texts_train, y[train])
+    ref.fit(texts_train, y[train])
+    assert ref[-1].feature_count_.dtype == np.float64 and (ref[-1].feature_count_ % 1 != 0).any()
+    np.testing.assert_allclose(ours[-1].feature_log_prob_, ref[-1].feature_log_prob_, rtol=1e-12)
+    for part in (texts_train, texts_test):
+        np.testing.assert_allclose(ours.predict_proba(part), ref.predict_proba(part), rtol=0, atol=1e-10)
+        np.testing.assert_array_equal(ours.predict(part), ref.predict(part))
+    # Poisson NB on the same weights: the quasi-likelihood x log(lambda) - lambda
+    pnb = make_pipeline(TfidfVectorizer(), tgs.PoissonNB(alpha=0.5, beta=2.0)).fit(texts_train, y[train])
+    tfidf = pnb[0].transform(texts_train).toarray()
+    rate = np.stack([(tfidf[y[train] == k].sum(0) + 0.5) / ((y[train] == k).sum() + 2.0) for k in range(3)])
+    np.testing.assert_allclose(pnb[-1].rate_, rate, rtol=1e-12)
+    with pytest.raises(ValueError, match="Negative values in data passed to MultinomialNB"):
+        tgs.MultinomialNB().fit(-tfidf, y[train])
+
+
 def test_fit_prior_and_class_prior():
     rng = np.random.default_rng(0)
     y = np.r_[np.zeros(30, int), np.ones(10, int)]

@@ -162,6 +162,46 @@ def test_generative_estimators_match_sklearn(iris, tg, sk):
     np.testing.assert_allclose(tg.class_prior_, np.bincount(y) / len(y))
 
 
+@pytest.mark.parametrize("solver", ["lsqr", "eigen"])
+def test_lda_ledoit_wolf_estimator_matches_sklearn(iris, solver):
+    from sklearn.covariance import ledoit_wolf_shrinkage
+
+    x, y = iris
+    ours = tgs.LinearDiscriminantAnalysis(solver=solver, shrinkage="auto").fit(x, y)
+    ref = skda.LinearDiscriminantAnalysis(solver=solver, shrinkage="auto").fit(x, y)
+    lam = [ledoit_wolf_shrinkage(StandardScaler().fit_transform(x[y == k])) for k in range(3)]
+    np.testing.assert_allclose(ours.shrinkage_, lam, rtol=1e-10)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-8 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-8)
+    np.testing.assert_allclose(ours.predict_proba(x), ref.predict_proba(x), rtol=0, atol=1e-8)
+    qda = tgs.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(x, y)
+    ref = skda.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(x, y)
+    np.testing.assert_allclose(qda.predict_proba(x), ref.predict_proba(x), rtol=0, atol=1e-8)
+    with pytest.raises(ValueError, match="solver: expected one of"):
+        tgs.LinearDiscriminantAnalysis(solver="cholesky").fit(x, y)
+    with pytest.raises(ValueError, match="solver"):
+        tgs.QuadraticDiscriminantAnalysis(solver="lsqr").fit(x, y)
+
+
+def test_lda_default_is_sklearns_svd_on_a_singular_covariance():
+    """15 samples, 30 features: scikit-learn's default solver drops the directions
+    without within-class variance; so does ours, and weights are repetitions."""
+    rng = np.random.RandomState(42)
+    x, y, w = rng.rand(15, 30), rng.randint(0, 3, size=15), rng.randint(0, 5, size=15)
+    ref = skda.LinearDiscriminantAnalysis().fit(x, y)
+    with pytest.warns(torchglm.NumericalWarning, match="singular"):
+        ours = tgs.LinearDiscriminantAnalysis().fit(x, y)
+    probe = rng.rand(20, 30)
+    np.testing.assert_allclose(ours.predict_proba(probe), ref.predict_proba(probe), atol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(probe), ref.predict_log_proba(probe), rtol=1e-8)
+    for est in (tgs.LinearDiscriminantAnalysis(), tgs.QuadraticDiscriminantAnalysis()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torchglm.NumericalWarning)
+            weighted = clone(est).fit(x, y, sample_weight=w)
+            repeated = clone(est).fit(x.repeat(w, axis=0), y.repeat(w))
+        np.testing.assert_allclose(weighted.decision_function(x), repeated.decision_function(x), rtol=1e-9)
+
+
 def test_count_naive_bayes_match_sklearn_on_counts_sparse_or_dense():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 200)

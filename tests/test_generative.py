@@ -578,3 +578,19 @@ def test_gda_argument_errors():
         model.fit(torch.eye(3).to_sparse(), torch.tensor([0, 1, 0]))
     with pytest.raises(InputError, match="array-like of numbers"):
         model.fit(np.array([["a"] * 3] * 3), torch.tensor([0, 1, 0]))
+
+
+@pytest.mark.parametrize("shrinkage", [0.0, 0.3])
+def test_a_checkpoint_from_before_shrinkage_auto_loads(shrinkage):
+    """A state dict saved before the Ledoit-Wolf intensities were stored (no
+    ``shrinkage_intensity``) loads strictly: its covariances were shrunk by the fixed
+    ``shrinkage``, which becomes each class's intensity; predictions are unchanged."""
+    x, y = skdata.load_iris(return_X_y=True)
+    x, y = torch.as_tensor(x), torch.as_tensor(y)
+    fitted = LinearDiscriminantAnalysis(4, 3, shrinkage=shrinkage, dtype=torch.float64)
+    fitted.fit(x, y)
+    old = {k: v for k, v in fitted.state_dict().items() if k != "shrinkage_intensity"}
+    loaded = LinearDiscriminantAnalysis(4, 3, shrinkage=shrinkage, dtype=torch.float64)
+    loaded.load_state_dict(old)
+    assert torch.equal(loaded.shrinkage_intensity, torch.full((3,), shrinkage, dtype=torch.float64))
+    assert torch.equal(loaded.predict_proba(x), fitted.predict_proba(x))

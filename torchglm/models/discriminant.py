@@ -336,6 +336,15 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
         self.shrinkage_intensity.copy_(intensity)
         self._set_fitted(class_count)
 
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A checkpoint written before ``shrinkage="auto"`` holds no intensities: its
+        # covariances were shrunk by the fixed ``shrinkage`` (0: not at all), which is
+        # each class's intensity.
+        key = prefix + "shrinkage_intensity"
+        if key not in state_dict and self.shrinkage != "auto":
+            state_dict[key] = torch.full_like(self.shrinkage_intensity, float(self.shrinkage))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
     # -- densities -------------------------------------------------------------
     def _whitened(self, x):
         """``z = L^{-1}(x - c)`` (d, n) and ``m_k = L^{-1}(mu_k - c)`` (d, K), ``c`` the

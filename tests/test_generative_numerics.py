@@ -137,6 +137,28 @@ def test_shifted_statistics_do_not_depend_on_the_batch_split(cls, batch_size):
         torch.testing.assert_close(a, b, rtol=1e-15, atol=1e-10, msg=name)
 
 
+@pytest.mark.parametrize("batch_size", [1, 7, 64])
+@pytest.mark.parametrize("options", [{"shrinkage": "auto"}, {"inverse": "pinv"}], ids=["ledoit_wolf", "pinv"])
+@pytest.mark.parametrize("cls", [LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis])
+def test_ledoit_wolf_and_pinv_do_not_depend_on_the_batch_split(cls, options, batch_size):
+    """The Ledoit-Wolf intensity comes from shifted co-fourth moments: at an offset of
+    1e6 (where E[x^4] - ... would keep no digit) any split gives the one-batch fit, and
+    that fit is the one of the data without the offset."""
+    x, y = _gaussian(n=257)
+    w = torch.rand(257, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.5
+    plain, one, split = cls(4, 3, **options), cls(4, 3, **options), cls(4, 3, **options)
+    plain.fit(x, y, weight=w)
+    one.fit(x + 1e6, y, weight=w)
+    split.fit(x + 1e6, y, weight=w, batch_size=batch_size)
+    for (name, a), (_, b) in zip(one.state_dict().items(), split.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=1e-15, atol=1e-10, msg=name)
+    if "shrinkage" in options:
+        assert (plain.shrinkage_intensity > 0).all()
+    torch.testing.assert_close(one.shrinkage_intensity, plain.shrinkage_intensity, rtol=1e-9, atol=0)
+    torch.testing.assert_close(one.covariance, plain.covariance, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(one.predict_proba(x + 1e6), plain.predict_proba(x), rtol=0, atol=1e-8)
+
+
 def test_sorted_batches_with_a_class_missing_from_the_first_batch():
     # The shift of a class is taken from the first batch holding it: here class 2 only
     # appears in the last batch, and each batch's class mean is far from the overall one.
@@ -153,11 +175,17 @@ def test_sorted_batches_with_a_class_missing_from_the_first_batch():
 
 def _fit_shard(rank, world, name, empty_shard):
     torch.set_default_dtype(torch.float32)  # default models: the data set the precision
-    cls = {"lda": LinearDiscriminantAnalysis, "qda": QuadraticDiscriminantAnalysis, "nb": GaussianNB}[name]
+    cls, options = {
+        "lda": (LinearDiscriminantAnalysis, {}),
+        "qda": (QuadraticDiscriminantAnalysis, {}),
+        "nb": (GaussianNB, {}),
+        "lda_ledoit_wolf": (LinearDiscriminantAnalysis, {"shrinkage": "auto"}),
+        "qda_pinv": (QuadraticDiscriminantAnalysis, {"inverse": "pinv"}),
+    }[name]
     x, y = _gaussian(n=301)
     order = torch.argsort(y, stable=True)  # sorted labels: some classes absent from a shard
     x, y = x[order] + 1e6, y[order]
-    model = cls(4, 3)
+    model = cls(4, 3, **options)
     if world == 1:
         model.fit(x, y)
     else:
@@ -170,7 +198,7 @@ def _fit_shard(rank, world, name, empty_shard):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("empty_shard", [False, True])
-@pytest.mark.parametrize("name", ["lda", "qda", "nb"])
+@pytest.mark.parametrize("name", ["lda", "qda", "nb", "lda_ledoit_wolf", "qda_pinv"])
 def test_two_process_shifted_statistics_equal_one_process(name, empty_shard):
     single = _fit_shard(0, 1, name, False)
     out = run_distributed(_fit_shard, 2, (name, empty_shard))

@@ -155,19 +155,29 @@ def test_sparse_input_equals_dense(digits, cls, layout):
 
 # -- bad input -----------------------------------------------------------------------
 @pytest.mark.parametrize("cls", [MultinomialNB, PoissonNB])
-def test_counts_must_be_non_negative_integers(cls):
-    x = torch.tensor([[1.0, 2.0], [0.0, 3.0], [2.0, 0.0]])
+def test_count_features_must_be_non_negative_and_may_be_fractional(cls):
+    """Negative values are refused; non-integer ones (tf-idf weights) are fitted with the
+    same ratio-of-sums estimates, and their posterior drops the class-free terms."""
+    x = torch.tensor([[1.0, 2.0], [0.0, 3.0], [2.0, 0.0]], dtype=torch.float64)
     y = torch.tensor([0, 1, 0])
-    model = cls(2, 2)
+    model = cls(2, 2, dtype=torch.float64)
     with pytest.raises(InputError, match="X: expected non-negative counts"):
         model.fit(torch.tensor([[1.0, -2.0], [0.0, 3.0], [2.0, 0.0]]), y)
-    with pytest.raises(InputError, match="X: expected integer counts, got a non-integer value \\(0.5\\)"):
-        model.fit(torch.tensor([[1.0, 0.5], [0.0, 3.0], [2.0, 0.0]]), y)
     with pytest.raises(InputError, match="non-negative"):
         model.fit(torch.tensor([[1.0, -2.0], [0.0, 3.0], [2.0, 0.0]]).to_sparse(), y)
     model.fit(x, y)
-    with pytest.raises(InputError, match="integer counts"):
-        model.predict_proba(torch.tensor([[0.5, 1.0]]))
+    with pytest.raises(InputError, match="X: expected non-negative counts or weights"):
+        model.predict_proba(torch.tensor([[-0.5, 1.0]]))
+    weights = torch.tensor([[0.25, 0.5], [0.0, 0.75], [0.5, 0.0]], dtype=torch.float64)
+    model.fit(weights, y)
+    torch.testing.assert_close(
+        model.feature_count, torch.tensor([[0.75, 0.5], [0.0, 0.75]], dtype=torch.float64)
+    )
+    probe = torch.tensor([[0.3, 0.7]], dtype=torch.float64)
+    w, b = model._linear_parameters()
+    expected = torch.log_softmax(probe @ w.T + b + model.log_prior, dim=1)
+    torch.testing.assert_close(model.predict_log_proba(probe), expected, rtol=1e-12, atol=1e-12)
+    assert torch.isfinite(model.log_prob(probe)).all()
 
 
 def test_bernoulli_rejects_non_binary_values():

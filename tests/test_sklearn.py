@@ -162,6 +162,46 @@ def test_generative_estimators_match_sklearn(iris, tg, sk):
     np.testing.assert_allclose(tg.class_prior_, np.bincount(y) / len(y))
 
 
+@pytest.mark.parametrize("solver", ["lsqr", "eigen"])
+def test_lda_ledoit_wolf_estimator_matches_sklearn(iris, solver):
+    from sklearn.covariance import ledoit_wolf_shrinkage
+
+    x, y = iris
+    ours = tgs.LinearDiscriminantAnalysis(solver=solver, shrinkage="auto").fit(x, y)
+    ref = skda.LinearDiscriminantAnalysis(solver=solver, shrinkage="auto").fit(x, y)
+    lam = [ledoit_wolf_shrinkage(StandardScaler().fit_transform(x[y == k])) for k in range(3)]
+    np.testing.assert_allclose(ours.shrinkage_, lam, rtol=1e-10)
+    np.testing.assert_allclose(ours.coef_, ref.coef_, rtol=1e-8, atol=1e-8 * np.abs(ref.coef_).max())
+    np.testing.assert_allclose(ours.intercept_, ref.intercept_, rtol=1e-8)
+    np.testing.assert_allclose(ours.predict_proba(x), ref.predict_proba(x), rtol=0, atol=1e-8)
+    qda = tgs.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(x, y)
+    ref = skda.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto").fit(x, y)
+    np.testing.assert_allclose(qda.predict_proba(x), ref.predict_proba(x), rtol=0, atol=1e-8)
+    with pytest.raises(ValueError, match="solver: expected one of"):
+        tgs.LinearDiscriminantAnalysis(solver="cholesky").fit(x, y)
+    with pytest.raises(ValueError, match="solver"):
+        tgs.QuadraticDiscriminantAnalysis(solver="lsqr").fit(x, y)
+
+
+def test_lda_default_is_sklearns_svd_on_a_singular_covariance():
+    """15 samples, 30 features: scikit-learn's default solver drops the directions
+    without within-class variance; so does ours, and weights are repetitions."""
+    rng = np.random.RandomState(42)
+    x, y, w = rng.rand(15, 30), rng.randint(0, 3, size=15), rng.randint(0, 5, size=15)
+    ref = skda.LinearDiscriminantAnalysis().fit(x, y)
+    with pytest.warns(torchglm.NumericalWarning, match="singular"):
+        ours = tgs.LinearDiscriminantAnalysis().fit(x, y)
+    probe = rng.rand(20, 30)
+    np.testing.assert_allclose(ours.predict_proba(probe), ref.predict_proba(probe), atol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(probe), ref.predict_log_proba(probe), rtol=1e-8)
+    for est in (tgs.LinearDiscriminantAnalysis(), tgs.QuadraticDiscriminantAnalysis()):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", torchglm.NumericalWarning)
+            weighted = clone(est).fit(x, y, sample_weight=w)
+            repeated = clone(est).fit(x.repeat(w, axis=0), y.repeat(w))
+        np.testing.assert_allclose(weighted.decision_function(x), repeated.decision_function(x), rtol=1e-9)
+
+
 def test_count_naive_bayes_match_sklearn_on_counts_sparse_or_dense():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, 200)
@@ -175,6 +215,35 @@ def test_count_naive_bayes_match_sklearn_on_counts_sparse_or_dense():
     np.testing.assert_allclose(pnb.rate_, np.stack([z[y == k].mean(0) for k in range(3)]), rtol=1e-12)
     with pytest.raises(ValueError, match="Negative values in data passed to PoissonNB"):
         tgs.PoissonNB().fit(-z, y)
+
+
+@pytest.mark.parametrize("alpha", [1.0, 0.05])
+def test_multinomial_nb_on_tfidf_matches_sklearn(alpha):
+    """Issue 27: tf-idf weights (non-negative reals, kept sparse) in a pipeline give
+    scikit-learn's MultinomialNB posteriors; the shipped movie reviews are the corpus."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    from torchglm.datasets import load_movie_reviews
+
+    texts, y = load_movie_reviews(include_plots=True)
+    train, test = slice(0, None, 2), slice(1, None, 2)
+    texts_train, texts_test = texts[train], texts[test]
+    ours = make_pipeline(TfidfVectorizer(), tgs.MultinomialNB(alpha=alpha))
+    ref = make_pipeline(TfidfVectorizer(), sknb.MultinomialNB(alpha=alpha))
+    ours.fit(texts_train, y[train])
+    ref.fit(texts_train, y[train])
+    assert ref[-1].feature_count_.dtype == np.float64 and (ref[-1].feature_count_ % 1 != 0).any()
+    np.testing.assert_allclose(ours[-1].feature_log_prob_, ref[-1].feature_log_prob_, rtol=1e-12)
+    for part in (texts_train, texts_test):
+        np.testing.assert_allclose(ours.predict_proba(part), ref.predict_proba(part), rtol=0, atol=1e-10)
+        np.testing.assert_array_equal(ours.predict(part), ref.predict(part))
+    # Poisson NB on the same weights: the quasi-likelihood x log(lambda) - lambda
+    pnb = make_pipeline(TfidfVectorizer(), tgs.PoissonNB(alpha=0.5, beta=2.0)).fit(texts_train, y[train])
+    tfidf = pnb[0].transform(texts_train).toarray()
+    rate = np.stack([(tfidf[y[train] == k].sum(0) + 0.5) / ((y[train] == k).sum() + 2.0) for k in range(3)])
+    np.testing.assert_allclose(pnb[-1].rate_, rate, rtol=1e-12)
+    with pytest.raises(ValueError, match="Negative values in data passed to MultinomialNB"):
+        tgs.MultinomialNB().fit(-tfidf, y[train])
 
 
 def test_fit_prior_and_class_prior():

@@ -16,7 +16,9 @@ ESTIMATORS = [getattr(tgs, name)() for name in tgs.__all__ if name != "expected_
     tgs.GLMRegressor(family="poisson"),
     tgs.LogisticRegression(solver="lbfgs"),
     tgs.LinearDiscriminantAnalysis(shrinkage=0.1),
+    tgs.LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"),
     tgs.QuadraticDiscriminantAnalysis(reg_param=0.1),
+    tgs.QuadraticDiscriminantAnalysis(solver="eigen", shrinkage="auto"),
 ]
 
 
@@ -37,11 +39,5 @@ def test_every_estimator_is_checked():
 def test_expected_failures_are_only_the_documented_ones():
     defaults = [getattr(tgs, name)() for name in tgs.__all__ if name != "expected_failed_checks"]
     listed = {type(e).__name__: tgs.expected_failed_checks(e) for e in defaults}
-    assert {name for name, checks in listed.items() if checks} == {
-        "MultinomialNB",
-        "PoissonNB",
-        "LinearDiscriminantAnalysis",
-        "QuadraticDiscriminantAnalysis",
-    }
-    assert tgs.expected_failed_checks(tgs.LinearDiscriminantAnalysis(shrinkage=0.1)) == {}
+    assert {name for name, checks in listed.items() if checks} == set()
     assert all(reason for checks in listed.values() for reason in checks.values())

@@ -18,6 +18,23 @@ merged with Chan et al.'s pairwise formula written as two all-reduced sums::
 
 (Chan, Golub & LeVeque, "Algorithms for computing the sample variance", 1983), so
 every process gets the same statistics as one process holding all the rows.
+
+With ``fourth=True`` (per-class layout only) the pass also sums the shifted fourth-order
+products ``sum_i r_ik u_ij^2 u_il^2`` and ``sum_i r_ik u_ij^2 u_il`` (``u = x - c_k``), and
+:meth:`ClassMoments.reduce` returns the centred co-fourth moments
+``F_k[j, l] = sum_{i in C_k} s_i (x_ij - mu_kj)^2 (x_il - mu_kl)^2``. Re-centring a
+power sum from ``c`` to ``mu = c + delta`` is the exact binomial identity
+(Pébay, "Formulas for robust, one-pass parallel computation of covariances and
+arbitrary-order statistical moments", Sandia report SAND2008-6212)::
+
+    F[j,l] = sum s (u_j - d_j)^2 (u_l - d_l)^2
+           = M22[j,l] - 2 d_l M21[j,l] - 2 d_j M21[l,j] + d_l^2 Q_j + d_j^2 Q_l
+             + 4 d_j d_l M11[j,l] - 2 d_j d_l^2 S_j - 2 d_j^2 d_l S_l + n d_j^2 d_l^2
+
+(``M21[j,l] = sum s u_j^2 u_l``, ``M11`` the shifted scatter, ``Q`` its diagonal,
+``S`` the shifted sum), applied by each process about the merged mean before the
+all-reduce; the shift keeps ``|delta|`` near 0, so nothing cancels. Ledoit-Wolf
+shrinkage needs them (:mod:`torchglm.models.discriminant`).
 """
 
 from __future__ import annotations
@@ -99,16 +116,21 @@ class ClassMoments:
         kind: ``"diagonal"`` (scatter (K, d): per-feature sums of squares, naive
             Bayes), ``"full"`` ((K, d, d), QDA) or ``"pooled"`` ((d, d), the
             within-class scatter summed over classes, LDA).
+        fourth: with ``"full"``, also the centred co-fourth moments (see the module doc),
+            returned as ``stats["fourth"]`` (K, d, d).
 
     :meth:`reduce` returns ``({"means": (K, d), "scatter": ...}, n_k)`` with
     ``scatter = sum_{i in C_k} s_i (x_i - mu_k)(x_i - mu_k)^T`` (not divided by ``n_k``).
     """
 
-    def __init__(self, n_classes: int, n_features: int, kind: str, dtype, device):
+    def __init__(self, n_classes: int, n_features: int, kind: str, dtype, device, fourth: bool = False):
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        if fourth and kind != "full":
+            raise ValueError("fourth: the fourth-order sums need kind='full'")
         K, d = n_classes, n_features
         self.kind = kind
+        self.fourth = fourth
         z = {"dtype": dtype, "device": device}
         self.count = torch.zeros(K, **z)
         self.shift = torch.zeros(K, d, **z)
@@ -116,13 +138,16 @@ class ClassMoments:
         self.s1 = torch.zeros(K, d, **z)
         shape = {"diagonal": (K, d), "full": (K, d, d), "pooled": (d, d)}[kind]
         self.s2 = torch.zeros(shape, **z)
+        if fourth:
+            self.m22 = torch.zeros(K, d, d, **z)
+            self.m21 = torch.zeros(K, d, d, **z)
 
     @property
     def dtype(self) -> torch.dtype:
         return self.count.dtype
 
     def to(self, dtype: torch.dtype) -> None:
-        for name in ("count", "shift", "s1", "s2"):
+        for name in ("count", "shift", "s1", "s2") + (("m22", "m21") if self.fourth else ()):
             setattr(self, name, getattr(self, name).to(dtype))
 
     def add(self, x: torch.Tensor, y: torch.Tensor, r: torch.Tensor) -> None:
@@ -141,6 +166,10 @@ class ClassMoments:
             self.s2 += r.T @ (diff * diff)
         elif self.kind == "full":
             self.s2 += torch.einsum("nk,ni,nj->kij", r, diff, diff)
+            if self.fourth:
+                sq = diff * diff
+                self.m22 += torch.einsum("nk,ni,nj->kij", r, sq, sq)
+                self.m21 += torch.einsum("nk,ni,nj->kij", r, sq, diff)
         else:
             self.s2 += (diff * r.sum(dim=1, keepdim=True)).T @ diff
 
@@ -163,7 +192,10 @@ class ClassMoments:
         )
         scatter = self.s2 - self._centre(s1, n)
         if _world_size() == 1:
-            return {"means": local_mean, "scatter": scatter}, n.clone()
+            stats = {"means": local_mean, "scatter": scatter}
+            if self.fourth:
+                stats["fourth"] = self._fourth_about(local_mean)
+            return stats, n.clone()
         total = n.clone()
         sum_x = local_mean * n.unsqueeze(1)
         all_reduce_sum(total, sum_x)
@@ -172,4 +204,30 @@ class ClassMoments:
         # n_pk (m_pk - mu_k)(m_pk - mu_k)^T, in the scatter's layout: _centre(n * delta, n).
         scatter = scatter + self._centre(delta * n.unsqueeze(1), n)
         all_reduce_sum(scatter)
-        return {"means": means, "scatter": scatter}, total
+        stats = {"means": means, "scatter": scatter}
+        if self.fourth:
+            fourth = self._fourth_about(means)
+            all_reduce_sum(fourth)
+            stats["fourth"] = fourth
+        return stats, total
+
+    def _fourth_about(self, centre: torch.Tensor) -> torch.Tensor:
+        """This process's ``sum_i r_ik (x_ij - a_kj)^2 (x_il - a_kl)^2`` about ``a = centre``
+        (K, d), from the sums about the shifts (the identity in the module doc)."""
+        # A class with no rows here has all sums 0, whatever d is.
+        d = torch.where((self.count > 0).unsqueeze(1), centre - self.shift, torch.zeros_like(centre))
+        n, S, M11 = self.count, self.s1, self.s2
+        Q = M11.diagonal(dim1=-2, dim2=-1)
+        dj, dl = d.unsqueeze(2), d.unsqueeze(1)  # (K, d, 1), (K, 1, d): index j, index l
+        Sj, Sl = S.unsqueeze(2), S.unsqueeze(1)
+        return (
+            self.m22
+            - 2 * dl * self.m21
+            - 2 * dj * self.m21.transpose(1, 2)
+            + dl * dl * Q.unsqueeze(2)
+            + dj * dj * Q.unsqueeze(1)
+            + 4 * dj * dl * M11
+            - 2 * dj * dl * dl * Sj
+            - 2 * dj * dj * dl * Sl
+            + n[:, None, None] * (dj * dj) * (dl * dl)
+        )

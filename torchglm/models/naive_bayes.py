@@ -44,15 +44,17 @@ __all__ = ["MultinomialNB", "BernoulliNB", "GaussianNB", "PoissonNB"]
 _ALPHA_FALLBACK = 1e-10
 
 
-def _check_counts(name: str, x: torch.Tensor) -> None:
+def _check_non_negative(name: str, x: torch.Tensor) -> None:
+    """The count models' support: ``x >= 0``, integer or not (see :class:`_CountSums`)."""
     values = stored_values(x)
     if values.numel() == 0:
         return
     if bool((values < 0).any()):
-        raise fail(name, "non-negative counts", f"a negative value (min {float(values.min()):g})")
-    frac = values != torch.floor(values)
-    if bool(frac.any()):
-        raise fail(name, "integer counts", f"a non-integer value ({float(values[frac][0]):g})")
+        raise fail(
+            name,
+            "non-negative counts or weights (such as tf-idf)",
+            f"a negative value (min {float(values.min()):g})",
+        )
 
 
 def _smoothing(alpha: float, has_zero: bool, what: str) -> float:
@@ -110,11 +112,28 @@ def _check_alpha_vector(name: str, value, n_features: int) -> float | torch.Tens
 
 
 class _CountSums:
-    """Count features (multinomial, Poisson): non-negative integers, summed per class
-    into ``feature_count`` (K, d), the one sufficient statistic of both models."""
+    """Count features (multinomial, Poisson), summed per class into ``feature_count``
+    (K, d), the one sufficient statistic of both models.
+
+    The features may be any non-negative reals, not only integer counts: term
+    weights such as tf-idf, the usual input of text classifiers (Rennie et al.,
+    "Tackling the poor assumptions of naive Bayes text classifiers", ICML 2003, §4;
+    Manning, Raghavan & Schütze, *Introduction to Information Retrieval*, §13.2 and
+    §6.2). Classification needs only the part of ``log p(x | C_k)`` that depends
+    on the class, which is linear in ``x``: ``sum_j x_j log theta_kj``
+    (multinomial) and ``sum_j x_j log lambda_kj - lambda_kj`` (Poisson). The
+    class-free terms (the multinomial coefficient, ``-sum_j log x_j!``) cancel in
+    Bayes' rule, and for non-integer ``x`` the class-dependent part is the
+    quasi-log-likelihood of the variance function ``V(mu) = mu`` (McCullagh &
+    Nelder, *Generalized Linear Models*, 2nd ed., §9.2, Table 9.1), maximized by
+    the same ratio-of-sums estimates. For non-integer ``x``, ``log_prob`` keeps
+    those terms through ``lgamma(x + 1)`` (the continuous extension of ``log x!``),
+    so it is a score, not the log-probability of a count vector. Negative values
+    have no such reading and raise an InputError.
+    """
 
     def _check_domain(self, name, x):
-        _check_counts(name, x)
+        _check_non_negative(name, x)
 
     def _statistic_shapes(self):
         return {"feature_count": (self.n_classes, self.n_features)}
@@ -147,7 +166,9 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
         priors: fixed class priors or ``None`` to fit them.
         dtype: dtype of the fitted statistics.
 
-    Accepts dense or torch sparse (COO/CSR) count matrices.
+    Accepts dense or torch sparse (COO/CSR) matrices of non-negative counts or
+    real-valued term weights such as tf-idf (see :class:`_CountSums`:
+    ``N_kj`` is then the class's total weight of word ``j``).
 
     Example:
         >>> nb = MultinomialNB(3, 2, alpha=1.0)
@@ -350,7 +371,9 @@ class PoissonNB(_CountSums, GenerativeClassifier):
         priors: fixed class priors or ``None`` to fit them.
         dtype: dtype of the fitted statistics.
 
-    Accepts dense or torch sparse (COO/CSR) count matrices.
+    Accepts dense or torch sparse (COO/CSR) matrices of non-negative counts, or of
+    non-negative reals, for which ``x log lambda - lambda`` is the Poisson
+    quasi-log-likelihood (see :class:`_CountSums`).
 
     Example:
         >>> nb = PoissonNB(1, 2, alpha=0.0, beta=0.0)     # the MLE: class means

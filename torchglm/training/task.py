@@ -41,10 +41,10 @@ from .data_module import GLMDataModule
 from .driver import Driver
 from .features import standardize
 from .metrics import GLMMetrics
-from .pass_driver import PassDriver, PassStep
+from .pass_driver import PassDriver
 from .sgd_driver import SGDDriver
 
-__all__ = ["GLMTask", "PassStep", "driver_for"]
+__all__ = ["DRIVERS", "GLMTask", "driver_for"]
 
 _CALLABLE_ARGS = ("model", "optimizer", "lr_scheduler", "basis")
 

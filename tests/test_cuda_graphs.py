@@ -112,7 +112,7 @@ def test_replayed_blocks_take_the_uncaptured_steps_bit_for_bit(tmp_path, cpu_gra
     graphs = _fit(tmp_path, True, optimizer=optimizer)
     _assert_same_fit(plain, graphs)
     assert _logged_steps(tmp_path, "graphs0") == _logged_steps(tmp_path, "graphs1")
-    graph = graphs[0]._graph
+    graph = graphs[0].driver.blocks.graph
     # recorded once (the numbers of the step never changed), replayed for every full
     # block but the first of the fit: 3 epochs x 5 full blocks - 1
     assert graph.recordings == 1 and len(cpu_graphs) == 1
@@ -134,7 +134,7 @@ def test_a_new_learning_rate_records_the_block_again(tmp_path, cpu_graphs):
     graphs = _fit(tmp_path, True, lr_scheduler=sched)
     _assert_same_fit(plain, graphs)
     # the learning rate halves after every epoch: one recording per epoch
-    assert graphs[0]._graph.recordings == 3
+    assert graphs[0].driver.blocks.graph.recordings == 3
     assert [g.replays for g in cpu_graphs] == [4, 5, 5]
 
 
@@ -196,7 +196,7 @@ def test_a_fit_that_cannot_be_recorded_says_why_and_runs_uncaptured(tmp_path, mo
         monkeypatch.setattr(GLMTask, "graph_backend", RecordedGraph)
     plain = _fit(tmp_path, False, epochs=2, **kwargs)
     graphs = _fit(tmp_path, True, epochs=2, **kwargs)
-    assert graphs[0]._graph is None
+    assert graphs[0].driver.blocks.graph is None
     assert len(graphs[2]) == 1 and reason in str(graphs[2][0].message)
     _assert_same_fit(plain, graphs)
 
@@ -227,7 +227,7 @@ def test_cuda_graphs_take_the_uncaptured_steps_on_a_gpu(tmp_path, optimizer):
     plain = _fit(tmp_path, False, accelerator="gpu", optimizer=optimizer)
     graphs = _fit(tmp_path, True, accelerator="gpu", optimizer=optimizer)
     assert not graphs[2], [str(w.message) for w in graphs[2]]
-    assert graphs[0]._graph.recordings == 1
+    assert graphs[0].driver.blocks.graph.recordings == 1
     _assert_same_fit(plain, graphs)
 
 

@@ -113,7 +113,7 @@ def _state(task, trainer):
         for name, v in c.scheduler.state_dict().items():
             if isinstance(v, (int, float)):
                 state[f"sched{j}/{name}"] = torch.tensor(v)
-    state["epoch_losses"] = torch.tensor([h["loss"] for h in task._history])
+    state["epoch_losses"] = torch.tensor([h["loss"] for h in task.driver.history])
     state["shuffle"] = trainer.datamodule.state_dict()["shuffle_generator"]
     state["global_step"] = torch.tensor(trainer.global_step)
     state["logger_step"] = torch.tensor(trainer.fit_loop.epoch_loop._batches_that_stepped)
@@ -228,14 +228,14 @@ def test_lightning_hooks_per_optimizer_step(tmp_path):
     c1, c4 = CountSteps(step_hooks=True), CountSteps(step_hooks=True)
     one, t1, _ = _fit(tmp_path, 1, callbacks=[c1])
     blk, t4, _ = _fit(tmp_path, 4, callbacks=[c4])
-    assert not blk._plain_steps
+    assert not blk.driver.blocks.plain_steps
     order = ["on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step"]
     assert [h[0] for h in c1.hooks] == order * (3 * N_BATCHES)
     assert c4.hooks == c1.hooks
     _assert_same(_state(one, t1), _state(blk, t4))
     # without them the block skips the dispatch, with the same result
     plain, tp, _ = _fit(tmp_path, 4)
-    assert plain._plain_steps
+    assert plain.driver.blocks.plain_steps
     _assert_same(_state(one, t1), _state(plain, tp))
 
 

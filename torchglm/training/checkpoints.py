@@ -356,16 +356,12 @@ def _short(value: Any) -> str:
 # -- writing ------------------------------------------------------------------------------
 
 
-def plain(value: Any, where: str = "checkpoint") -> Any:
-    """``value`` as data that ``torch.load(weights_only=True)`` reads back: tensors,
-    numbers, strings, ``torch.dtype``/``device``/``Size``, and lists, tuples, sets and
-    dicts of them. Dataclasses and namespaces become dicts, NumPy scalars Python
-    numbers, NumPy arrays tensors, paths strings, tuple and dict subclasses (a
-    ``namedtuple``, an ``OrderedDict``) plain tuples and dicts.
+#: what :func:`_plain_leaf` returns for a value that is not a leaf (``None`` is one).
+_NOT_A_LEAF = object()
 
-    Raises:
-        TypeError: any other object (it would need a pickle, and pickles run code).
-    """
+
+def _plain_leaf(value: Any) -> Any:
+    """A value without items as plain data (see :func:`plain`), or :data:`_NOT_A_LEAF`."""
     if value is None or isinstance(value, (torch.Tensor, torch.dtype, torch.device, torch.Size)):
         return value
     if isinstance(value, np.generic) and not isinstance(value, np.object_):
@@ -380,6 +376,22 @@ def plain(value: Any, where: str = "checkpoint") -> Any:
         return torch.from_numpy(np.array(value))
     if isinstance(value, os.PathLike):
         return os.fspath(value)
+    return _NOT_A_LEAF
+
+
+def plain(value: Any, where: str = "checkpoint") -> Any:
+    """``value`` as data that ``torch.load(weights_only=True)`` reads back: tensors,
+    numbers, strings, ``torch.dtype``/``device``/``Size``, and lists, tuples, sets and
+    dicts of them. Dataclasses and namespaces become dicts, NumPy scalars Python
+    numbers, NumPy arrays tensors, paths strings, tuple and dict subclasses (a
+    ``namedtuple``, an ``OrderedDict``) plain tuples and dicts.
+
+    Raises:
+        TypeError: any other object (it would need a pickle, and pickles run code).
+    """
+    leaf = _plain_leaf(value)
+    if leaf is not _NOT_A_LEAF:
+        return leaf
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
     elif isinstance(value, argparse.Namespace):

@@ -130,7 +130,7 @@ class GLMCLI(LightningCLI):
         )
         kwargs["default_root_dir"] = str(self.run_dir)
         trainer = super().instantiate_trainer(**kwargs)
-        if self.model.solver != "sgd":
+        if not self.model.driver.reports_best_epoch:
             # A pass-based fit's estimate is the solver's final iterate, never the
             # epoch with the lowest validation loss: no "best" checkpoint of a stale
             # iterate is written at all.
@@ -380,7 +380,7 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
     staged = run_dir / f".{MODEL_CKPT}.tmp"
     try:
         best = next((c.best_model_path for c in trainer.callbacks if isinstance(c, ModelCheckpoint)), "")
-        if task.fitter is None and best:
+        if task.driver.reports_best_epoch and best:
             # sgd: the epoch with the lowest validation loss is the reported model. It
             # is copied (and removed only once the run has succeeded), so a run killed
             # while reporting still has it on --resume; a resumed run whose fit had
@@ -425,7 +425,7 @@ def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, 
             _log_to_tensorboard(trainer, cli.config, metrics, result)
             _write_json_atomic(run_dir / "metrics.json", metrics)
             os.replace(staged, model_ckpt)
-            if task.fitter is None and best:
+            if task.driver.reports_best_epoch and best:
                 Path(best).unlink(missing_ok=True)
     finally:
         if trainer.is_global_zero:

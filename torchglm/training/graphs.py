@@ -17,8 +17,8 @@ recorded body must not depend on values (no host reads), and everything baked in
 the kernels (the learning rate, momentum, ... as Python numbers) is the graph's
 key: when it changes (a per-epoch scheduler), the block is recorded again.
 
-:class:`BlockGraph` holds the buffers, the key and the graph; the task
-(:meth:`GLMTask._step_block <torchglm.training.GLMTask>`) supplies the body and
+:class:`BlockGraph` holds the buffers, the key and the graph; the SGD step blocks
+(:class:`~torchglm.training.sgd_blocks.StepBlocks`) supply the body and
 decides when a block is eligible. The graph itself comes from a backend,
 ``torch.cuda.CUDAGraph`` by default; ``tests/graph_replay.py`` records the aten
 operations on the CPU and replays them in the same way, so the bookkeeping is

@@ -32,10 +32,8 @@ class Heartbeat(pl.Callback):
         if now - self._last < self.every or not trainer.is_global_zero:
             return
         self._last = now
-        history = getattr(getattr(pl_module, "fitter", None), "result", None)
-        last = history.history[-1] if history is not None and history.history else {}
-        if not last and getattr(pl_module, "_history", None):
-            last = pl_module._history[-1]
+        history = getattr(getattr(pl_module, "driver", None), "history", None)
+        last = history[-1] if history else {}
         shown = ", ".join(f"{k} {v:.6g}" for k, v in last.items() if isinstance(v, float))
         print(
             f"epoch {trainer.current_epoch}: {shown or 'no accepted step yet'}", file=sys.stderr, flush=True

@@ -28,7 +28,8 @@ from torchglm import (
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, SoftmaxRegression
-from torchglm.solvers import SOLVERS, fit, make_fitter, parameter_names, run_passes
+from torchglm.passes import run_passes
+from torchglm.solvers import SOLVERS, fit, make_fitter, parameter_names
 
 ALL = sorted(SOLVERS) + ["auto"]
 F64 = torch.float64

@@ -10,7 +10,8 @@ import torch.multiprocessing as mp
 
 from torchglm.data.batches import TensorBatches
 from torchglm.models import LogisticRegression, SoftmaxRegression
-from torchglm.solvers import flat_parameters, make_fitter, run_passes
+from torchglm.passes import run_passes
+from torchglm.solvers import flat_parameters, make_fitter
 
 SOLVERS = ["newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"]
 

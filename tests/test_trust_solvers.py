@@ -410,7 +410,8 @@ def test_overflowing_hessian_is_no_usable_point(solver):
     invalid, so the fit ends unconverged saying so, not with a 'rank 0' Hessian's step
     (eigh of an infinite matrix gave NaN eigenvalues on one CPU, LinAlgError on another)."""
     from torchglm.data import TensorBatches
-    from torchglm.solvers import make_fitter, run_passes
+    from torchglm.passes import run_passes
+    from torchglm.solvers import make_fitter
 
     g = torch.Generator().manual_seed(0)
     x = 1e200 * torch.randn(50, 2, generator=g, dtype=torch.float64)

@@ -9,7 +9,7 @@ serves in-memory tensors, data larger than memory, a Lightning ``Trainer``
 (one epoch = one pass) and many processes.
 
 It lives on the ground floor (models, solvers, inference, bayes and training all
-use it); :mod:`torchglm.solvers.base` re-exports it under its former name.
+use it).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``fit(model, x, y, solver=...)`` validates the data once, slices it into
 batches, runs the solver's passes (no ``Trainer``), marks the model fitted and
-returns a :class:`~torchglm.solvers.base.FitResult`. The Lightning task drives
+returns a :class:`~torchglm.passes.FitResult`. The Lightning task drives
 the same fitters from :func:`make_fitter` (one epoch = one pass).
 """
 
@@ -15,7 +15,7 @@ import torch
 
 from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..data.batches import TensorBatches
-from .base import FitResult, Fitter, run_passes
+from ..passes import FitResult, Fitter, run_passes
 from .derivatives import hessian_cost
 from .stepper import NEWTON_MAX_COST, StepFitter
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter

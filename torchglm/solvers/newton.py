@@ -72,7 +72,7 @@ class NewtonFitter(_SecondOrder):
 
     Example:
         >>> from torchglm.data import TensorBatches
-        >>> from torchglm.solvers import run_passes
+        >>> from torchglm.passes import run_passes
         >>> x = torch.randn(200, 5); y = (x[:, 0] + torch.randn(200) > 0).float()
         >>> fitter = NewtonFitter(LogisticRegression(5))
         >>> result = run_passes(fitter, TensorBatches(x, y, batch_size=10_000), 200)

@@ -12,7 +12,7 @@ The task holds no math. It builds the model once the data are known
   Lightning's per-step cost;
 * any other solver (``newton``, ``irls``, ``gd``, ``lbfgs``, ``closed_form``, ...):
   manual optimization driving ``fitter = model.make_fitter(solver, **solver_options)``
-  (:class:`torchglm.solvers.base.Fitter`): one epoch is one pass,
+  (:class:`torchglm.passes.Fitter`): one epoch is one pass,
   ``start_pass`` -> ``accumulate(batch)`` per batch -> ``end_pass`` on the last
   batch (so validation sees the stepped parameters), taken through Lightning as
   the step of a parameter-free :class:`PassStep` optimizer; the trainer stops
@@ -46,7 +46,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from .._validation import ConvergenceWarning, PerformanceWarning, check_positive, fail, warn
 from ..data.batches import Batch, BatchBlock
-from ..solvers.base import FitResult
+from ..passes import FitResult
 from .checkpoints import DTYPES, checkpoint_bytes, plain, read_checkpoint
 from .data_module import GLMDataModule
 from .features import standardize
@@ -146,7 +146,7 @@ class GLMTask(pl.LightningModule):
             block again.
 
     Attributes:
-        fit_result: the :class:`~torchglm.solvers.base.FitResult` of the last fit
+        fit_result: the :class:`~torchglm.passes.FitResult` of the last fit
             (the fitter's own, or for ``sgd`` one with the per-epoch mean loss).
 
     Example:

@@ -8,10 +8,11 @@ Laplace posterior. Solvers: ``newton``, ``irls``, ``newton-cg``, ``lbfgs``,
 identity link) and ``auto`` (see ``docs/solvers.md``).
 """
 
-from .api import DIRECT_SOLVERS, SOLVERS, choose_solver, fit, make_fitter
+from .api import choose_solver, fit, make_fitter
 from .derivatives import flat_parameters, hessian_and_gradient, parameter_names, set_flat_parameters
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
+from .registry import DIRECT_SOLVERS, SOLVERS
 from .stepper import StepFitter
 
 __all__ = [

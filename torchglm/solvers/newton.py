@@ -39,6 +39,7 @@ import torch
 
 from .._validation import fail
 from .derivatives import PassSums
+from .registry import register_solver
 from .stepper import StepFitter
 
 __all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]
@@ -50,6 +51,7 @@ class _SecondOrder(StepFitter):
     exact = True
 
 
+@register_solver
 class NewtonFitter(_SecondOrder):
     """Damped Newton-Raphson with the exact Hessian (seeds 000, 002, 003).
 
@@ -98,6 +100,7 @@ class NewtonFitter(_SecondOrder):
         return self.newton_step(s, s.hess if self.fixed_hessian is None else self.fixed_hessian)
 
 
+@register_solver
 class IRLSFitter(NewtonFitter):
     """Iteratively reweighted least squares / Fisher scoring (seed 000).
 
@@ -112,6 +115,7 @@ class IRLSFitter(NewtonFitter):
     curvature = "expected"
 
 
+@register_solver
 class NewtonCGFitter(_SecondOrder):
     """Hessian-free truncated Newton (Newton-CG).
 

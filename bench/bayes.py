@@ -44,7 +44,7 @@ from torchglm.bayes import (
     sample_posterior,
     validation_curve,
 )
-from torchglm.data.module import GLMDataModule
+from torchglm.training import GLMDataModule
 
 PROBLEMS = [
     # name, data module args, model factory, prior variance

@@ -75,7 +75,7 @@ def worker_newton(path: str, rank: int, world: int, threads: int, source: str, b
     from torchglm.data import TensorBatches
     from torchglm.data.out_of_core import NpyBatches
     from torchglm.distributed import shard_range
-    from torchglm.solvers import run_passes
+    from torchglm.passes import run_passes
 
     rss0 = _peak_rss_mb()
     if source == "file":

@@ -11,7 +11,7 @@ import torch
 
 from torchglm.bayes import LaplacePosterior
 from torchglm.training.bayes_callback import BayesianEvaluation
-from torchglm.data.module import GLMDataModule
+from torchglm.training import GLMDataModule
 from torchglm.training.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ import torch
 
 from torchglm import InputError
 from torchglm.data import DATASETS, TensorBatches, load_dataset, read_table
-from torchglm.data.module import GLMDataModule, shard
+from torchglm.training.data_module import GLMDataModule, shard
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -159,7 +159,7 @@ def test_xor_is_not_linearly_separable():
 
 
 def test_dataset_registry_is_extensible():
-    from torchglm.data.datasets import Dataset
+    from torchglm.data import Dataset
 
     DATASETS["_unit_test_ds"] = lambda seed=0: Dataset(
         np.eye(6)[:, :2] + np.arange(6)[:, None], np.arange(6) % 2, "classification", 2

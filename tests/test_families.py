@@ -15,24 +15,28 @@ import torch
 
 from torchglm import InputError
 from torchglm.families import FAMILIES, Binomial, get_family
-from torchglm.links import get_link
+from torchglm.links import LINKS, get_link
 
 PAIRS = [(f, link) for f, cls in FAMILIES.items() if not cls.multi_output for link in cls.allowed_links]
 
-# eta grids inside each pair's mean domain
-_ETA = {
-    "identity": (0.3, 3.0),
-    "log": (-2.0, 1.5),
-    "logit": (-4.0, 4.0),
-    "probit": (-2.5, 2.5),
-    "cloglog": (-3.0, 1.0),
-    "inverse": (0.3, 3.0),
-    "negative_reciprocal": (-3.0, -0.3),
-    "sqrt": (0.5, 3.0),
-    "cauchit": (-3.0, 3.0),
-}
-_BINOMIAL_LOG = (-3.0, -0.2)
 
+class _NegativeReciprocal(sm.families.links.Link):
+    """``eta = -1 / mu`` (statsmodels has only ``InversePower``, ``1 / mu``)."""
+
+    def __call__(self, p):
+        return -1.0 / p
+
+    def inverse(self, z):
+        return -1.0 / z
+
+    def deriv(self, p):
+        return 1.0 / p**2
+
+    def inverse_deriv(self, z):
+        return 1.0 / z**2
+
+
+#: The statsmodels link of each of ours (checked against ours: test_statsmodels_links_are_ours).
 _SM_LINKS = {
     "identity": sm.families.links.Identity,
     "log": sm.families.links.Log,
@@ -40,13 +44,47 @@ _SM_LINKS = {
     "probit": sm.families.links.Probit,
     "cloglog": sm.families.links.CLogLog,
     "inverse": sm.families.links.InversePower,
+    "negative_reciprocal": _NegativeReciprocal,
     "sqrt": sm.families.links.Sqrt,
     "cauchit": sm.families.links.Cauchy,
 }
 
 
+def _sm_link(link):
+    """The statsmodels counterpart of ``link``; a link without one fails the test loudly."""
+    if link not in _SM_LINKS:
+        pytest.fail(f"no statsmodels link for '{link}': add it to _SM_LINKS")
+    return _SM_LINKS[link]()
+
+
+@pytest.mark.parametrize("link", sorted(n for n, cls in LINKS.items() if not cls.multi_output))
+def test_statsmodels_links_are_ours(link):
+    """Every single-output link has its statsmodels counterpart, and they agree on the
+    link's representative eta interval (inverse and its derivative)."""
+    lk = get_link(link)
+    lo, hi = lk.eta_interval
+    eta = torch.linspace(lo, hi, 9, dtype=torch.float64)
+    sml = _sm_link(link)
+    np.testing.assert_allclose(sml.inverse(eta.numpy()), lk.inverse(eta).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(sml.inverse_deriv(eta.numpy()), lk.inverse_derivative(eta).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(sml(lk.inverse(eta).numpy()), eta.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("family,link", PAIRS)
+def test_every_pair_declares_a_representative_eta_interval(family, link):
+    """``Family.eta_interval`` (the link's own or the family's entry): a proper interval
+    whose means, end points included, lie inside the family's open mean space."""
+    fam = get_family(family, link)
+    assert fam.eta_interval is not None, f"{link}: declare Link.eta_interval"
+    lo, hi = fam.eta_interval
+    assert lo < hi
+    eta = torch.linspace(lo, hi, 101, dtype=torch.float64)
+    assert bool(fam.valid_eta(eta).all()) and bool(fam.interior_mean(fam.mean(eta)).all())
+
+
 def _eta(family, link, n=40, seed=0):
-    lo, hi = _BINOMIAL_LOG if (family in ("binomial", "bernoulli") and link == "log") else _ETA[link]
+    """``n`` draws in the pair's representative eta interval (``Family.eta_interval``)."""
+    lo, hi = get_family(family, link).eta_interval
     g = torch.Generator().manual_seed(seed)
     return lo + (hi - lo) * torch.rand(n, generator=g)
 
@@ -81,7 +119,8 @@ def _sm_family(family, link):
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return smf(_SM_LINKS.get(link, sm.families.links.Log)())
+        # check_link=False: statsmodels lists no -1/mu link for its Gamma (ours is exact)
+        return smf(_sm_link(link), check_link=False)
 
 
 @pytest.mark.parametrize("family,link", PAIRS)
@@ -195,9 +234,7 @@ _OUTSIDE = {
 @pytest.mark.parametrize("family,link", sorted(_OUTSIDE))
 def test_nll_outside_the_mean_domain_is_inf_not_nan(family, link):
     fam = get_family(family, link)
-    eta = torch.tensor(
-        [_OUTSIDE[(family, link)], _ETA[link][0] if link != "log" else -1.0], requires_grad=True
-    )
+    eta = torch.tensor([_OUTSIDE[(family, link)], sum(fam.eta_interval) / 2], requires_grad=True)
     y = fam.check_target(torch.tensor([1.0, 1.0]) if family != "binomial" else torch.tensor([0.5, 0.5]))
     nll = fam.nll(eta, y)
     assert math.isinf(float(nll[0].detach())) and float(nll[0].detach()) > 0

@@ -14,9 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from torchglm import InputError, LogisticRegression
 from torchglm.basis import GaussianRBF
-from torchglm.data import GLMDataModule
+from torchglm.training import GLMDataModule
 from torchglm.models import LinearDiscriminantAnalysis
-from torchglm.plot_callbacks import FigureLogger
+from torchglm.training.plot_callbacks import FigureLogger
 from torchglm.training.cli import main as train_main
 from torchglm.training.task import GLMTask
 

@@ -29,7 +29,7 @@ from torchglm.models import (
     PoissonNB,
     QuadraticDiscriminantAnalysis,
 )
-from torchglm.solvers.base import run_passes
+from torchglm.passes import run_passes
 
 
 def _all_subclasses(cls):

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from torchglm.data import datasets as builtin
-from torchglm.datasets import load_movie_reviews, movie_review_counts
+from torchglm.data.movie_reviews import load_movie_reviews, movie_review_counts
 from torchglm.training.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def test_config_fits_in_one_closed_form_pass(name, tmp_path):
 
 def test_gda_config_equals_a_direct_fit(tmp_path):
     """The trainer's model is the closed-form MLE on the (standardized) training split."""
-    from torchglm.data.module import GLMDataModule
+    from torchglm.training import GLMDataModule
     from torchglm.models import LinearDiscriminantAnalysis
 
     metrics = _run("gda", tmp_path)

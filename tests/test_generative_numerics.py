@@ -30,7 +30,7 @@ from torchglm.models import (
     PoissonNB,
     QuadraticDiscriminantAnalysis,
 )
-from torchglm.solvers.base import run_passes
+from torchglm.passes import run_passes
 
 from dist_util import run_distributed
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import statsmodels.api as sm
 
-from torchglm.data.module import GLMDataModule
+from torchglm.training import GLMDataModule
 from torchglm.training.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,8 @@ from torchglm import InputError, NumericalWarning
 from torchglm.data.batches import TensorBatches
 from torchglm.data.nist import NIST_LLS
 from torchglm.models import GeneralizedLinearModel, LogisticRegression
-from torchglm.solvers import choose_solver, fit, flat_parameters, make_fitter, run_passes
+from torchglm.passes import run_passes
+from torchglm.solvers import choose_solver, fit, flat_parameters, make_fitter
 
 sm = pytest.importorskip("statsmodels.api")
 

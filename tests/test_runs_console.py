@@ -98,7 +98,7 @@ def run_dir(tmp_path_factory):
                 "0.01",
                 "--trainer.max_epochs",
                 "50",
-                "--trainer.callbacks+=torchglm.inference_callback.InferenceSummary",
+                "--trainer.callbacks+=torchglm.training.inference_callback.InferenceSummary",
                 "--trainer.callbacks.verbose",
                 "false",
             ]

@@ -223,7 +223,7 @@ def test_multinomial_nb_on_tfidf_matches_sklearn(alpha):
     scikit-learn's MultinomialNB posteriors; the shipped movie reviews are the corpus."""
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    from torchglm.datasets import load_movie_reviews
+    from torchglm.data.movie_reviews import load_movie_reviews
 
     texts, y = load_movie_reviews(include_plots=True)
     train, test = slice(0, None, 2), slice(1, None, 2)

@@ -12,13 +12,13 @@ from torchglm import ConvergenceWarning, InputError, NumericalWarning, Separatio
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, LogisticRegression, ProbitRegression, SoftmaxRegression
+from torchglm.passes import run_passes
 from torchglm.solvers import (
     SOLVERS,
     choose_solver,
     fit,
     flat_parameters,
     make_fitter,
-    run_passes,
     set_flat_parameters,
 )
 

@@ -88,7 +88,7 @@ def test_end_to_end_subprocess_and_predict(tmp_path):
     # predict: raw rows of the tiny dataset -> probabilities of the saved weights,
     # recomputed here from the checkpoint's state_dict and the training split's moments
     from torchglm.data import load_dataset
-    from torchglm.data.module import GLMDataModule
+    from torchglm.training import GLMDataModule
 
     ds = load_dataset("gaussians2", n_samples=200)
     data = tmp_path / "in.csv"
@@ -163,7 +163,7 @@ def test_pass_based_solver_writes_checkpoint_and_predicts(tmp_path, solver):
     assert sorted(p.name for p in run_dir.rglob("*.ckpt")) == ["last.ckpt", "model.ckpt"]
     # the checkpoint holds the solver's optimum: same weights as solvers.fit on the training split
     from torchglm import LogisticRegression
-    from torchglm.data.module import GLMDataModule
+    from torchglm.training import GLMDataModule
     from torchglm.solvers import fit
 
     dm = GLMDataModule("gaussians2", batch_size=32, dataset_options={"n_samples": 200})

@@ -10,7 +10,7 @@ import pytorch_lightning as pl
 import torch
 
 from torchglm import InputError, LogisticRegression, SoftmaxRegression
-from torchglm.solvers.base import FitResult, Fitter, run_passes
+from torchglm.passes import FitResult, Fitter, run_passes
 from torchglm.training import GLMDataModule, GLMMetrics, GLMTask
 
 

@@ -17,7 +17,7 @@ import torch
 
 from torchglm import InputError, LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm._validation import NotFittedError
-from torchglm.data.module import GLMDataModule
+from torchglm.training import GLMDataModule
 from torchglm.families import FAMILIES, get_family
 from torchglm.inference import fit_glm
 from torchglm.links import LINKS

@@ -11,7 +11,7 @@ import statsmodels.api as sm
 import torch
 
 from torchglm import InputError
-from torchglm.data import GLMDataModule
+from torchglm.training import GLMDataModule
 from torchglm.training.cli import main
 
 

@@ -3,7 +3,7 @@
 torchglm does not ship a distributed engine: processes are started by
 ``torchrun`` or a Lightning strategy, which initialize ``torch.distributed``.
 Each process reads only its shard of the rows; every pass's sums are then
-all-reduced (:func:`torchglm.solvers.base.all_reduce_sum`), so all processes take
+all-reduced (:func:`torchglm.passes.all_reduce_sum`), so all processes take
 the same step. This module gives each process its row range and checks, before
 the first all-reduce, that the shards agree on feature count and dtype, so that a
 mismatched shard is an error on every process instead of a hang or garbage.

@@ -26,8 +26,8 @@ A family gives
   the family's mean domain: outside it ``nll`` is ``+inf``, never NaN, so a line
   search rejects the step), the canonical link and the allowed links.
 
-Each family is one class registered in :data:`FAMILIES`; an invalid
-(family, link) pairing is an error that lists the valid links.
+Each family is one class, registered in :data:`FAMILIES` by its ``@register``
+line; an invalid (family, link) pairing is an error that lists the valid links.
 """
 
 from __future__ import annotations
@@ -54,6 +54,17 @@ __all__ = [
 ]
 
 _LOG_2PI = math.log(2.0 * math.pi)
+
+#: Registry of family names to classes, filled by :func:`register` where each class is defined.
+FAMILIES: dict[str, type[Family]] = {}
+
+
+def register(cls: type[Family]) -> type[Family]:
+    """Class decorator: add a family class to :data:`FAMILIES` under its ``name``."""
+    if not cls.name or cls.name in FAMILIES:
+        raise ValueError(f"family class {cls.__qualname__}: name {cls.name!r} is empty or taken")
+    FAMILIES[cls.name] = cls
+    return cls
 
 
 class Family:
@@ -97,6 +108,10 @@ class Family:
     #: links whose inverse always lands in the mean domain: ``nll`` skips the
     #: domain mask for them (the hot path of the canonical fits).
     _closed_links: tuple[str, ...] = ()
+    #: Representative eta intervals for links whose own ``Link.eta_interval`` does not
+    #: suit this family's mean domain (e.g. the log link's means must stay below 1
+    #: for a probability); see :attr:`eta_interval`.
+    link_eta_intervals: dict[str, tuple[float, float]] = {}
 
     def __init__(self, link: str | Link | None = None):
         self.link = get_link(self.canonical_link if link is None else link)
@@ -111,6 +126,14 @@ class Family:
     @property
     def is_canonical(self) -> bool:
         return self.link.name == self.canonical_link
+
+    @property
+    def eta_interval(self) -> tuple[float, float] | None:
+        """A representative interval ``(lo, hi)`` of eta whose means lie inside this
+        family's mean domain, away from its boundary: the family's own entry in
+        :attr:`link_eta_intervals`, else the link's ``eta_interval``. Simulated data
+        (:func:`torchglm.data.simulate.simulate_glm`) and the tests' eta grids use it."""
+        return self.link_eta_intervals.get(self.link.name, self.link.eta_interval)
 
     def mle_dispersion(self, pearson: float, nobs: float) -> float | None:
         """The maximum-likelihood dispersion from the Pearson sum, where it has that
@@ -287,6 +310,7 @@ def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
     return y
 
 
+@register
 class Gaussian(Family):
     """``y in R``, ``p(y|x) = N(y; mu, phi)`` (linear regression, seed 000).
 
@@ -343,6 +367,8 @@ class _Binary(Family):
     """
 
     _closed_links = ("logit", "probit", "cloglog", "cauchit")
+    #: mu = e^eta is a probability only below eta = 0.
+    link_eta_intervals = {"log": (-2.0, -1.0)}
     has_saturated_model = True
     separable = True  # y = 0 or 1 (a proportion of 0 or 1) is mu's boundary
 
@@ -398,6 +424,7 @@ class _Binary(Family):
         return mu * (1 - mu)
 
 
+@register
 class Bernoulli(_Binary):
     """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (logistic / probit regression, seed 000).
 
@@ -419,6 +446,7 @@ class Bernoulli(_Binary):
         return (self.mean(eta) > 0.5).long()
 
 
+@register
 class Binomial(_Binary):
     """Proportions of successes out of ``n_i`` trials: ``n_i y_i ~ Bin(n_i, mu_i)``.
 
@@ -468,6 +496,7 @@ class Binomial(_Binary):
         return _check_real(y, "proportions in [0, 1]", lambda t: (t >= 0) & (t <= 1))
 
 
+@register
 class Categorical(Family):
     """``y in {0..K-1}``, ``p(C_k|x) = softmax(eta)_k`` (softmax regression, seed 000).
 
@@ -518,6 +547,7 @@ class Categorical(Family):
         return eta.argmax(dim=-1)
 
 
+@register
 class Poisson(Family):
     """Counts ``y in {0, 1, ...}``, ``p(y|x) = lambda^y e^{-lambda} / y!`` (seed 000).
 
@@ -535,6 +565,8 @@ class Poisson(Family):
     canonical_link = "log"
     allowed_links = ("log", "identity", "sqrt")
     _closed_links = ("log",)
+    #: Counts' means well above 0, so that the fitted identity-link means stay positive.
+    link_eta_intervals = {"identity": (1.5, 4.5)}
     has_saturated_model = True
     separable = True  # y = 0 is mu's boundary: nll = mu there, infimum 0 at mu -> 0
 
@@ -557,6 +589,7 @@ class Poisson(Family):
         return _check_real(y, "non-negative counts", lambda t: t >= 0)
 
 
+@register
 class Gamma(Family):
     """Positive ``y``, ``p(y|x) = Gamma(shape nu = 1/phi, mean mu)``.
 
@@ -571,6 +604,8 @@ class Gamma(Family):
     allowed_links = ("inverse", "log", "identity")
     has_dispersion = True
     _closed_links = ("log",)
+    #: Means away from 0, where V(mu) = mu^2 vanishes.
+    link_eta_intervals = {"identity": (1.0, 3.0)}
     has_saturated_model = True
 
     def _nll(self, eta, y):
@@ -600,6 +635,7 @@ class Gamma(Family):
         return _check_real(y, "positive targets", lambda t: t > 0)
 
 
+@register
 class Exponential(Gamma):
     """Positive ``y``, ``p(y|x) = lambda e^{-lambda y}`` with mean ``mu = 1 / lambda`` (seed 000).
 
@@ -618,12 +654,6 @@ class Exponential(Gamma):
 
     def log_likelihood(self, eta, y, weight=None, scale=1.0):
         return Family.log_likelihood(self, eta, y, weight)
-
-
-#: Registry of family names to classes.
-FAMILIES: dict[str, type[Family]] = {
-    cls.name: cls for cls in (Gaussian, Bernoulli, Binomial, Categorical, Poisson, Gamma, Exponential)
-}
 
 
 def get_family(family: str | Family, link: str | Link | None = None) -> Family:

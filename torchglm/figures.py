@@ -45,7 +45,7 @@ from .data.datasets import gaussian_classes, load_dataset, moons, xor
 from .models import LogisticRegression
 from .models.discriminant import LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis
 from .plotting import save_figure, subplots
-from .solvers.base import run_passes
+from .passes import run_passes
 
 __all__ = ["FIGURES", "make_figure", "main"]
 

@@ -2,8 +2,10 @@
 
 A GLM (seed 000, "Exponential families and GLM") predicts ``mu = E[y|x]`` through
 an activation ``f = g^{-1}`` applied to the linear predictor ``eta = w^T x + w0``.
-Each link is one small class; the registry :data:`LINKS` maps names to classes,
-so adding a link touches no other file.
+Each link is one small class, registered in :data:`LINKS` by its ``@register``
+line; it declares a representative ``eta_interval``, which the simulated data and
+the tests read, so adding a link touches no other file (the families list the links
+they allow).
 
 Links whose inverse maps into (0, 1) also give ``log_inverse(eta) = log mu`` and
 ``log1m_inverse(eta) = log(1 - mu)`` computed on the eta scale with stable
@@ -42,6 +44,17 @@ _LOG2 = math.log(2.0)
 #: (-1)^(k+1) (2k-1)!! for k = 1..10: the series of 1 - t m(t) in u = 1/t^2.
 _MILLS_COEF = tuple((-1) ** (k + 1) * math.prod(range(1, 2 * k, 2)) for k in range(1, 11))
 
+#: Registry of link names to classes, filled by :func:`register` where each class is defined.
+LINKS: dict[str, type[Link]] = {}
+
+
+def register(cls: type[Link]) -> type[Link]:
+    """Class decorator: add a link class to :data:`LINKS` under its ``name``."""
+    if not cls.name or cls.name in LINKS:
+        raise ValueError(f"link class {cls.__qualname__}: name {cls.name!r} is empty or taken")
+    LINKS[cls.name] = cls
+    return cls
+
 
 class Link:
     """Base class of link functions.
@@ -59,6 +72,12 @@ class Link:
     #: True when eta is the log-odds ``log(mu / (1 - mu))`` (logit): binary families
     #: then take their NLL from ``binary_cross_entropy_with_logits``.
     eta_is_log_odds: bool = False
+    #: A representative interval ``(lo, hi)`` of eta: its means ``g^{-1}(eta)`` lie inside
+    #: the mean domain of every family that allows the link, away from the boundary
+    #: (a family overrides it where its domain needs: ``Family.link_eta_intervals``).
+    #: :func:`torchglm.data.simulate.simulate_glm` draws the true eta in it, and the
+    #: tests take their eta grids from it. ``None`` for the multi-output softmax.
+    eta_interval: tuple[float, float] | None = None
 
     def link(self, mu: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -110,10 +129,12 @@ class Link:
         return hash(type(self))
 
 
+@register
 class Identity(Link):
     """``mu = eta`` (canonical for the Gaussian: linear regression)."""
 
     name = "identity"
+    eta_interval = (0.0, 2.0)
 
     def link(self, mu):
         return mu
@@ -125,6 +146,7 @@ class Identity(Link):
         return torch.ones_like(eta)
 
 
+@register
 class Logit(Link):
     """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; seed 000).
 
@@ -132,6 +154,7 @@ class Logit(Link):
     """
 
     name = "logit"
+    eta_interval = (-1.5, 1.5)
     eta_is_log_odds = True
 
     def link(self, mu):
@@ -262,6 +285,7 @@ class _LogNdtr(_ElementwiseFunction):
         return _NdtrRatio.apply(eta)
 
 
+@register
 class Probit(Link):
     """``mu = Phi(eta)``, the standard normal CDF (seed 000, "Probit regression").
 
@@ -272,6 +296,7 @@ class Probit(Link):
     """
 
     name = "probit"
+    eta_interval = (-1.0, 1.0)
 
     def link(self, mu):
         return torch.special.ndtri(mu)
@@ -299,10 +324,12 @@ class Probit(Link):
         return lp, lq, r, -r_neg, -r * s, -r_neg * s_neg
 
 
+@register
 class CLogLog(Link):
     """Complementary log-log: ``mu = 1 - exp(-exp(eta))``."""
 
     name = "cloglog"
+    eta_interval = (-1.5, 0.5)
 
     def link(self, mu):
         return torch.log(-torch.log1p(-mu))
@@ -335,10 +362,12 @@ class CLogLog(Link):
         return -torch.exp(eta)
 
 
+@register
 class Log(Link):
     """``mu = exp(eta)`` (canonical for Poisson; seed 000, Poisson regression)."""
 
     name = "log"
+    eta_interval = (0.0, 1.0)
 
     def link(self, mu):
         return torch.log(mu)
@@ -363,6 +392,7 @@ class Log(Link):
         return torch.log(-torch.expm1(eta))
 
 
+@register
 class Inverse(Link):
     """``mu = 1 / eta`` (the Gamma's canonical link in statsmodels' sign convention).
 
@@ -370,6 +400,7 @@ class Inverse(Link):
     """
 
     name = "inverse"
+    eta_interval = (0.5, 1.5)
     restricts_eta = True
 
     def link(self, mu):
@@ -391,6 +422,7 @@ class Inverse(Link):
         return eta > 0
 
 
+@register
 class NegativeReciprocal(Link):
     """``mu = -1 / eta`` (seed 000's exponential regression: theta = -lambda, y = -1/theta).
 
@@ -398,6 +430,7 @@ class NegativeReciprocal(Link):
     """
 
     name = "negative_reciprocal"
+    eta_interval = (-1.5, -0.5)
     restricts_eta = True
 
     def link(self, mu):
@@ -419,6 +452,7 @@ class NegativeReciprocal(Link):
         return eta < 0
 
 
+@register
 class Softmax(Link):
     """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (seed 000).
 
@@ -444,6 +478,7 @@ class Softmax(Link):
         return torch.log_softmax(eta, dim=-1)
 
 
+@register
 class Sqrt(Link):
     """``mu = eta^2``, ``eta = sqrt(mu)`` (R's ``poisson(link = "sqrt")``; statsmodels'
     ``Power(0.5)``): the variance-stabilizing link of the Poisson.
@@ -455,6 +490,7 @@ class Sqrt(Link):
     """
 
     name = "sqrt"
+    eta_interval = (1.0, 3.0)
 
     def link(self, mu):
         return torch.sqrt(mu)
@@ -469,6 +505,7 @@ class Sqrt(Link):
         return 2 * torch.log(torch.abs(eta))
 
 
+@register
 class Cauchit(Link):
     """``mu = 1/2 + arctan(eta) / pi``, the Cauchy CDF (R's ``binomial(link = "cauchit")``,
     statsmodels' ``Cauchy``): a binary link with heavy tails, ``1 - mu ~ 1 / (pi eta)``.
@@ -480,6 +517,7 @@ class Cauchit(Link):
     """
 
     name = "cauchit"
+    eta_interval = (-1.5, 1.5)
 
     def link(self, mu):
         return torch.tan(math.pi * (mu - 0.5))
@@ -495,13 +533,6 @@ class Cauchit(Link):
 
     def log1m_inverse(self, eta):
         return torch.log(torch.atan2(torch.ones_like(eta), eta)) - math.log(math.pi)
-
-
-#: Registry of link names to classes.
-LINKS: dict[str, type[Link]] = {
-    cls.name: cls
-    for cls in (Identity, Logit, Probit, CLogLog, Log, Inverse, NegativeReciprocal, Softmax, Sqrt, Cauchit)
-}
 
 
 def get_link(link: str | Link) -> Link:

@@ -9,7 +9,7 @@ serves in-memory tensors, data larger than memory, a Lightning ``Trainer``
 (one epoch = one pass) and many processes.
 
 It lives on the ground floor (models, solvers, inference, bayes and training all
-use it); :mod:`torchglm.solvers.base` re-exports it under its former name.
+use it).
 """
 
 from __future__ import annotations
@@ -179,6 +179,15 @@ class Fitter:
     #: the solver's own computation dtype (``None``: the model's); Newton-type and
     #: direct solvers set float64.
     default_dtype: torch.dtype | None = None
+    #: Whether the method's own steps converge only linearly (gradient and coordinate
+    #: descent: the error shrinks per step by up to ``1 - 1/cond``, Nocedal & Wright
+    #: §3.3): on an ill-conditioned problem such a fit may spend its ``max_iter`` and
+    #: end ``converged=False`` with a ``ConvergenceWarning``.
+    linear_rate: bool = False
+    #: For a linear-rate method, a ``max_iter`` that lets a well-conditioned fit of a
+    #: few hundred rows converge and ends a crawling one in seconds (the tests that run
+    #: every solver use it); ``None``: the default ``max_iter`` does.
+    budget_max_iter: int | None = None
 
     @classmethod
     def compute_dtype(cls, model, dtype: torch.dtype | None = None) -> torch.dtype:

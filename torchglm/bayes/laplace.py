@@ -35,7 +35,7 @@ import torch
 from .. import solvers
 from .._validation import fail
 from ..models.glm import GeneralizedLinearModel
-from ..solvers.base import all_reduce_sum
+from ..passes import all_reduce_sum
 from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask, set_flat_parameters
 from ._layout import (
     GaussianDraws,
@@ -136,7 +136,7 @@ def fit_map(model, data, prior: GaussianPrior, solver: str = "newton", dispersio
         **options: passed to the solver.
 
     Returns:
-        The solver's :class:`~torchglm.solvers.base.FitResult`.
+        The solver's :class:`~torchglm.passes.FitResult`.
     """
     phi = check_dispersion(check_glm(model), dispersion)
     result, model.l2 = _fit_map(model, data, prior, solver, phi, **options)

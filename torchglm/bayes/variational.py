@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 from .._validation import ConvergenceWarning, check_positive, fail, warn
 from ..data.batches import Batch
-from ..solvers.base import FitResult, Fitter, all_reduce_sum, run_passes
+from ..passes import FitResult, Fitter, all_reduce_sum, run_passes
 from ._layout import GaussianDraws, as_batches, check_model, n_bias, n_weights
 from .prior import GaussianPrior
 
@@ -99,7 +99,7 @@ class VariationalPosterior(GaussianDraws):
         elbo: the lower bound ``F`` on ``ln p(D | lambda)`` at the returned ``q``.
         prior: the :class:`GaussianPrior` (the re-estimated one when ``optimize_prior``).
         shape: ``(n_outputs, n_features, fit_intercept)`` of the model it belongs to.
-        result: the pass-based fit's :class:`~torchglm.solvers.base.FitResult`
+        result: the pass-based fit's :class:`~torchglm.passes.FitResult`
             (``history`` holds ``elbo`` per iteration).
     """
 

@@ -1,7 +1,7 @@
 """Data: batches, files and built-in datasets (no Lightning).
 
-:class:`GLMDataModule` (Lightning's data module, in :mod:`torchglm.training`) is
-re-exported lazily, so ``import torchglm`` does not pay for importing Lightning.
+Lightning's data module lives in the training layer
+(:class:`torchglm.training.GLMDataModule`).
 """
 
 from .batches import Batch, TensorBatches
@@ -17,13 +17,4 @@ __all__ = [
     "load_dataset",
     "Table",
     "read_table",
-    "GLMDataModule",
 ]
-
-
-def __getattr__(name):
-    if name == "GLMDataModule":
-        from ..training.data_module import GLMDataModule
-
-        return GLMDataModule
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

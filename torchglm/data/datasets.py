@@ -22,7 +22,7 @@ from .movie_reviews import movie_review_counts
 from .nist import NIST_LLS, nist_dataset
 from .simulate import glm_dataset
 
-__all__ = ["Dataset", "DATASETS", "load_dataset", "gaussian_classes", "moons", "xor"]
+__all__ = ["DATASETS", "load_dataset", "gaussian_classes", "moons", "xor"]
 
 
 def _sklearn(loader: str, task: Task) -> Callable[[], Dataset]:

@@ -5,7 +5,7 @@ column (or ``None`` when the file has none, for prediction) and the feature
 names. Problems with the file itself (missing, unreadable, ragged rows,
 non-numeric cells, an absent target column, mismatched lengths) raise
 :class:`~torchglm.InputError` naming the file and the problem; finiteness is
-checked where the table becomes tensors (:mod:`torchglm.data.module`).
+checked where the table becomes tensors (:mod:`torchglm.training.data_module`).
 
 Layouts:
 

@@ -1,4 +1,5 @@
-"""Solvers: every fit is a sequence of passes over batches (see :mod:`.base`).
+"""Solvers: every fit is a sequence of passes over batches (the pass contract of
+:mod:`torchglm.passes`).
 
 ``fit(model, x, y, solver=...)`` for notebooks; ``make_fitter(model, solver)`` for
 the Trainer; ``hessian_and_gradient(model, batches)`` for inference and the
@@ -7,18 +8,14 @@ Laplace posterior. Solvers: ``newton``, ``irls``, ``newton-cg``, ``lbfgs``,
 identity link) and ``auto`` (see ``docs/solvers.md``).
 """
 
-from .api import DIRECT_SOLVERS, SOLVERS, choose_solver, fit, make_fitter
-from .base import FitResult, Fitter, all_reduce_sum, run_passes
+from .api import choose_solver, fit, make_fitter
 from .derivatives import flat_parameters, hessian_and_gradient, parameter_names, set_flat_parameters
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
+from .registry import DIRECT_SOLVERS, SOLVERS
 from .stepper import StepFitter
 
 __all__ = [
-    "FitResult",
-    "Fitter",
-    "all_reduce_sum",
-    "run_passes",
     "SOLVERS",
     "DIRECT_SOLVERS",
     "choose_solver",

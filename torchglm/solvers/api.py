@@ -2,7 +2,7 @@
 
 ``fit(model, x, y, solver=...)`` validates the data once, slices it into
 batches, runs the solver's passes (no ``Trainer``), marks the model fitted and
-returns a :class:`~torchglm.solvers.base.FitResult`. The Lightning task drives
+returns a :class:`~torchglm.passes.FitResult`. The Lightning task drives
 the same fitters from :func:`make_fitter` (one epoch = one pass).
 """
 
@@ -15,32 +15,14 @@ import torch
 
 from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..data.batches import TensorBatches
-from .base import FitResult, Fitter, run_passes
+from ..passes import FitResult, Fitter, run_passes
 from .derivatives import hessian_cost
 from .stepper import NEWTON_MAX_COST, StepFitter
-from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
-from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
-from .least_squares import QRFitter
+from .newton import NewtonFitter
+from .registry import DIRECT_SOLVERS, SOLVERS
+from . import gradient, least_squares  # noqa: F401 - their fitter classes register themselves
 
-__all__ = ["SOLVERS", "DIRECT_SOLVERS", "make_fitter", "fit", "choose_solver"]
-
-#: Registry of solver names to fitter classes (``"auto"`` resolves through
-#: :func:`choose_solver`). Another module may add entries (e.g. ``"sgd"``).
-SOLVERS: dict[str, type[Fitter]] = {
-    cls.name: cls
-    for cls in (
-        NewtonFitter,
-        IRLSFitter,
-        NewtonCGFitter,
-        GradientDescentFitter,
-        CoordinateDescentFitter,
-        LBFGSFitter,
-    )
-}
-#: Direct solvers for one family: ``qr`` (least squares, the Gaussian with the identity
-#: link; :mod:`.least_squares`). :data:`SOLVERS` holds the iterative ones, which fit
-#: every family.
-DIRECT_SOLVERS: dict[str, type[Fitter]] = {QRFitter.name: QRFitter}
+__all__ = ["make_fitter", "fit", "choose_solver"]
 
 
 def _solver_class(name: str, given: str) -> type[Fitter]:

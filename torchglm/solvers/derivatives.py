@@ -36,7 +36,7 @@ from torch.func import grad, vmap
 
 from ..data.batches import Batch
 from ..penalty import L2Penalty
-from .base import all_reduce_sum
+from ..passes import all_reduce_sum
 
 __all__ = [
     "eta_derivatives",

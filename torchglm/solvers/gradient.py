@@ -14,11 +14,13 @@ import torch
 from .._validation import check_positive, fail
 from .derivatives import PassSums
 from .linalg import jacobi_inverse
+from .registry import register_solver
 from .stepper import StepFitter
 
 __all__ = ["GradientDescentFitter", "CoordinateDescentFitter", "LBFGSFitter"]
 
 
+@register_solver
 class GradientDescentFitter(StepFitter):
     """Full-batch gradient descent (seed 000: ``w <- w - alpha grad E(w)``).
 
@@ -31,6 +33,8 @@ class GradientDescentFitter(StepFitter):
 
     name = "gd"
     default_max_iter = 10_000
+    linear_rate = True
+    budget_max_iter = 3000
 
     def __init__(self, model, lr: float | None = None, **options):
         super().__init__(model, **options)
@@ -51,6 +55,7 @@ class GradientDescentFitter(StepFitter):
         return self.lr if self.lr is not None else 2.0 * self.last_step
 
 
+@register_solver
 class CoordinateDescentFitter(StepFitter):
     """Cyclic coordinate descent, one coefficient per pass (seed 000,
     "at each iteration only one coefficient in w is updated").
@@ -69,6 +74,8 @@ class CoordinateDescentFitter(StepFitter):
     name = "coordinate"
     curvature = "diag"
     default_max_iter = 100_000
+    linear_rate = True
+    budget_max_iter = 6000
 
     def __init__(self, model, lr: float | None = None, **options):
         super().__init__(model, **options)
@@ -109,6 +116,7 @@ class CoordinateDescentFitter(StepFitter):
         return delta, None
 
 
+@register_solver
 class LBFGSFitter(StepFitter):
     """Full-batch limited-memory BFGS with a backtracking line search.
 

@@ -32,6 +32,7 @@ from .._validation import NumericalWarning, fail, warn
 from ..distributed import rank_and_world
 from ..passes import FitResult, Fitter, all_reduce_sum
 from .derivatives import PassSums, flat_parameters, penalty_mask, set_flat_parameters
+from .registry import register_direct_solver
 
 __all__ = ["QRFitter", "Triangle", "equilibrated_svd", "penalty_rows"]
 
@@ -97,6 +98,7 @@ def equilibrated_svd(R: torch.Tensor):
     return c, U, sv, Vh, keep
 
 
+@register_direct_solver
 class QRFitter(Fitter):
     """Householder-QR least squares for the Gaussian family with the identity link.
 

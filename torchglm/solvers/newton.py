@@ -39,6 +39,7 @@ import torch
 
 from .._validation import fail
 from .derivatives import PassSums
+from .registry import register_solver
 from .stepper import StepFitter
 
 __all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]
@@ -50,6 +51,7 @@ class _SecondOrder(StepFitter):
     exact = True
 
 
+@register_solver
 class NewtonFitter(_SecondOrder):
     """Damped Newton-Raphson with the exact Hessian (seeds 000, 002, 003).
 
@@ -72,7 +74,7 @@ class NewtonFitter(_SecondOrder):
 
     Example:
         >>> from torchglm.data import TensorBatches
-        >>> from torchglm.solvers import run_passes
+        >>> from torchglm.passes import run_passes
         >>> x = torch.randn(200, 5); y = (x[:, 0] + torch.randn(200) > 0).float()
         >>> fitter = NewtonFitter(LogisticRegression(5))
         >>> result = run_passes(fitter, TensorBatches(x, y, batch_size=10_000), 200)
@@ -98,6 +100,7 @@ class NewtonFitter(_SecondOrder):
         return self.newton_step(s, s.hess if self.fixed_hessian is None else self.fixed_hessian)
 
 
+@register_solver
 class IRLSFitter(NewtonFitter):
     """Iteratively reweighted least squares / Fisher scoring (seed 000).
 
@@ -112,6 +115,7 @@ class IRLSFitter(NewtonFitter):
     curvature = "expected"
 
 
+@register_solver
 class NewtonCGFitter(_SecondOrder):
     """Hessian-free truncated Newton (Newton-CG).
 

@@ -70,7 +70,7 @@ from .._validation import (
 )
 from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from ..passes import all_reduce_sum
-from .base import FitResult, Fitter
+from ..passes import FitResult, Fitter
 from .derivatives import (
     HESSIAN_PRECISIONS,
     PassSums,

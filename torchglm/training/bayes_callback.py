@@ -23,8 +23,7 @@ The features the callback hands the model are the task's (standardized, then
 the task's basis ``phi`` if any). It is a single-process analysis.
 
 The callback lives in the training layer (it is the one piece of :mod:`torchglm.bayes`
-that needs Lightning); ``torchglm.bayes.callback.BayesianEvaluation``, its former
-``class_path``, re-exports it.
+that needs Lightning).
 """
 
 from __future__ import annotations

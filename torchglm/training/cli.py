@@ -40,7 +40,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from .._validation import InputError, fail
-from ..data.module import GLMDataModule
+from .data_module import GLMDataModule
 from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
 from .interrupt import Interrupted, interruptible
 from .predict import predict_main

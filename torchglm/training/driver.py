@@ -74,7 +74,7 @@ class Driver:
         return True
 
     def conclude(self, done: bool):
-        """The :class:`~torchglm.solvers.base.FitResult` of the fit (``done``: the
+        """The :class:`~torchglm.passes.FitResult` of the fit (``done``: the
         solver met its own stopping rule)."""
         raise NotImplementedError
 

@@ -4,7 +4,7 @@ Add it to a config::
 
     trainer:
       callbacks:
-        - class_path: torchglm.inference_callback.InferenceSummary   # or torchglm.training.inference_callback
+        - class_path: torchglm.training.inference_callback.InferenceSummary
 
 After training it computes :func:`torchglm.inference.glm_results` on the training
 split (``trainer.datamodule.train_batches()``, through the task's basis if any)

@@ -1,7 +1,7 @@
 """Pass-based solvers under Lightning: one epoch is one pass.
 
 Manual optimization drives ``fitter = model.make_fitter(solver, **solver_options)``
-(:class:`torchglm.solvers.base.Fitter`): ``start_pass`` at the epoch's start,
+(:class:`torchglm.passes.Fitter`): ``start_pass`` at the epoch's start,
 ``accumulate(batch)`` per batch, ``end_pass`` on the last batch (so validation sees
 the stepped parameters), taken through Lightning as the step of a parameter-free
 :class:`PassStep` optimizer; the trainer stops when the fitter is done.
@@ -15,7 +15,7 @@ import torch
 
 from .._validation import ConvergenceWarning, fail, warn
 from ..data.batches import Batch
-from ..solvers.base import FitResult
+from ..passes import FitResult
 from .driver import Driver
 
 __all__ = ["PassDriver", "PassStep"]

@@ -18,7 +18,7 @@ Each figure is saved as ``<run dir>/figures/<stage>_<name>.png`` (the run dir is
 
     trainer:
       callbacks:
-        - class_path: torchglm.plot_callbacks.FigureLogger   # or torchglm.training.plot_callbacks
+        - class_path: torchglm.training.plot_callbacks.FigureLogger
           init_args: {resolution: 150}
 
 The callback reads ``pl_module.model`` (anything with ``predict_proba`` and a

@@ -22,7 +22,7 @@ from torch.optim.lr_scheduler import ReduceLROnPlateau
 
 from .._validation import PerformanceWarning, check_positive, fail, warn
 from ..data.batches import Batch, BatchBlock
-from ..solvers.base import FitResult
+from ..passes import FitResult
 from ._lightning_private import attached_trainer, carry_global_step
 from .data_module import GLMDataModule
 from .driver import Driver

@@ -34,7 +34,7 @@ from torch import nn
 
 from .._validation import fail
 from ..data.batches import Batch, BatchBlock
-from ..solvers.base import FitResult
+from ..passes import FitResult
 from ._lightning_private import CheapFxName, attached_trainer
 from .checkpoints import DTYPES, checkpoint_bytes, plain, read_checkpoint
 from .data_module import GLMDataModule
@@ -115,7 +115,7 @@ class GLMTask(CheapFxName, pl.LightningModule):
             block again.
 
     Attributes:
-        fit_result: the :class:`~torchglm.solvers.base.FitResult` of the last fit
+        fit_result: the :class:`~torchglm.passes.FitResult` of the last fit
             (the fitter's own, or for ``sgd`` one with the per-epoch mean loss).
 
     Example:
@@ -196,7 +196,7 @@ class GLMTask(CheapFxName, pl.LightningModule):
 
     @property
     def fitter(self):
-        """The pass-based fit's :class:`~torchglm.solvers.base.Fitter` (``None`` for ``sgd``)."""
+        """The pass-based fit's :class:`~torchglm.passes.Fitter` (``None`` for ``sgd``)."""
         return self.driver.fitter
 
     #: ``() -> GraphBackend`` for :class:`~torchglm.training.graphs.BlockGraph`;

@@ -157,7 +157,7 @@ class Family:
         """Closed-form ``(nll, d1)`` (``order=1``) or ``(nll, d1, d2)`` (``order=2``),
         the per-sample NLL and its observed derivatives with respect to eta, or
         ``None`` where the family and link have none: then
-        :func:`torchglm.solvers.derivatives.eta_derivatives` differentiates
+        :func:`torchglm.solvers.eta_derivatives.eta_derivatives` differentiates
         :meth:`nll` with :mod:`torch.func`. Closed forms cost one elementwise pass.
 
         A canonical link (``eta = theta``) gives ``dl/deta = mu - y`` and

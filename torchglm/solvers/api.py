@@ -16,7 +16,7 @@ import torch
 from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
-from .derivatives import hessian_cost
+from .layout import hessian_cost
 from .stepper import NEWTON_MAX_COST, StepFitter
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
@@ -179,7 +179,7 @@ def fit(
     x, y = model.check_data(x, y, weight, offset)
     if x.layout == torch.sparse_coo:
         # Once, here: CSR row slices are views, and a pass's products run on CSR
-        # (derivatives.SparseRows); a COO design was gathered and converted every pass.
+        # (sparse_rows.SparseRows); a COO design was gathered and converted every pass.
         x = x.to_sparse_csr()
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
     if solver == "auto" and name == "qr" and x.layout != torch.strided:

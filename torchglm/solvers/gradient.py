@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_positive, fail
-from .derivatives import PassSums
+from .pass_sums import PassSums
 from .linalg import jacobi_inverse
 from .stepper import StepFitter
 

@@ -5,7 +5,7 @@ then share the line search and stopping rules of :mod:`.stepper`:
 
 * ``newton``: ``A = H``, the exact Hessian (seed 000, "Newton-Raphson and
   logistic regression": ``w <- w - (X~^T Y X~)^{-1} X~^T (y - t)``; seed 003 adds
-  ``I / lambda``), assembled per pass by :class:`.derivatives.PassSums`.
+  ``I / lambda``), assembled per pass by :class:`.pass_sums.PassSums`.
 * ``irls``: ``A = X~^T Psi X~ / S + l2 P``, the expected information with
   weights ``psi_i = (dmu/deta)^2 / V(mu)`` (``y_i (1 - y_i)`` for the logit).
   This is seed 000's weighted least squares: with the working response
@@ -38,7 +38,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import fail
-from .derivatives import PassSums
+from .pass_sums import PassSums
 from .stepper import StepFitter
 
 __all__ = ["NewtonFitter", "IRLSFitter", "NewtonCGFitter"]

@@ -71,15 +71,10 @@ from .._validation import (
 from .._validation import warn as _warn  # (_finish has a `warn` flag)
 from ..passes import all_reduce_sum
 from .base import FitResult, Fitter
-from .derivatives import (
-    HESSIAN_PRECISIONS,
-    PassSums,
-    SparseRows,
-    flat_parameters,
-    hessian_cost,
-    parameter_names,
-    set_flat_parameters,
-)
+from .layout import flat_parameters, hessian_cost, parameter_names, set_flat_parameters
+from .pass_sums import PassSums
+from .products import HESSIAN_PRECISIONS
+from .sparse_rows import SparseRows
 from .linalg import cg_solve, newton_direction, shift_null_projector
 
 __all__ = ["FINISH_MAX_STEPS", "NEWTON_MAX_COST", "StepFitter"]
@@ -133,7 +128,7 @@ class StepFitter(Fitter):
             ``lambda^2`` in the objective's error, and without it the polish needs a
             step and a second pass for ``lambda^2`` just above its tolerance.
         hessian_precision: the precision of the Hessian's matrix products
-            (:data:`~torchglm.solvers.derivatives.HESSIAN_PRECISIONS`): ``"highest"``
+            (:data:`~torchglm.solvers.products.HESSIAN_PRECISIONS`): ``"highest"``
             (the working dtype), or for a ``handoff`` stage only, ``"tf32"`` (TF32
             tensor cores on a CUDA device; on other devices the working dtype) or
             ``"bf16"`` (bfloat16 products, added up in the working dtype). The
@@ -196,7 +191,7 @@ class StepFitter(Fitter):
         self.saturation = saturation
         self.handoff = handoff
         self.hessian_precision = hessian_precision
-        # Sparse batches' transposed CSR, kept across passes (derivatives.SparseRows).
+        # Sparse batches' transposed CSR, kept across passes (sparse_rows.SparseRows).
         self.sparse_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)

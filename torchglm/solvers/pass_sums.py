@@ -1,30 +1,10 @@
-"""Loss, gradient and Hessian of a GLM as sums over batches.
+"""One pass of sums: loss, gradient and curvature of a GLM over batches.
 
-The objective of :class:`~torchglm.models.GeneralizedLinearModel` is
-
-    E(theta) = sum_i s_i l(eta_i, y_i) / sum_i s_i + (l2 / 2) ||W||^2,
-    eta_i = W x_i + b (+ offset_i),
-
-with per-sample loss ``l = family.nll`` and sample weights ``s_i``. By the chain
-rule (seed 000, "Newton-Raphson and logistic regression"), with the augmented
-design ``x~_i = [x_i, 1]``::
-
-    grad E = X~^T (s * dl/deta) / S + l2 [W, 0]                     (seed 000: X^T (y - t))
-    hess E = X~^T diag(s * d2l/deta2) X~ / S + l2 diag([1_W, 0_b])  (seed 003: X^T Y X + I / lambda)
-
-so the only per-sample derivatives needed are those of ``l`` with respect to
-``eta``. They come from :mod:`torch.func` for any family and link: since ``l`` is
-a sum of per-sample terms, ``grad`` of the sum gives every ``dl/deta_i``, and
-the Hessian of the sum with respect to ``eta`` is block diagonal (one scalar,
-or one ``K x K`` block for softmax, per sample), so ``grad`` of the summed first
-derivatives gives its diagonal exactly (a ``vmap`` over the ``K`` unit vectors
-gives the softmax blocks). The ``n x n`` matrix ``Y`` of the lecture is never
-formed: it is the weight vector ``h`` in one weighted product ``X^T (h * X)``.
-
-**Parameter order.** Every flat vector or matrix here is ordered like
-``torch.cat([model.coef.reshape(-1), model.intercept])``: the weight
-rows (output ``k``, feature ``j`` at index ``k * n_features + j``), then the
-biases (index ``n_outputs * n_features + k``). :func:`parameter_names` names them.
+``E``, ``grad E`` and ``hess E`` are sums over the samples of the per-sample
+derivatives on the eta scale (:mod:`.eta_derivatives`, which gives the chain
+rule) times products with the augmented design ``x~_i = [x_i, 1]``
+(:mod:`.products`); a pass adds them batch by batch and all-reduces them once.
+Flat vectors and matrices follow :mod:`.layout`'s parameter order.
 """
 
 from __future__ import annotations
@@ -32,130 +12,18 @@ from __future__ import annotations
 from typing import Iterable
 
 import torch
-from torch.func import grad, vmap
 
 from ..data.batches import Batch
+from ..passes import LinearModel, all_reduce_sum, linear_predictor
 from ..penalty import L2Penalty
-from .base import all_reduce_sum
+from .eta_derivatives import eta_derivatives
+from .layout import flat_parameters, penalty_mask
+from . import products
+from .sparse_rows import SparseRows
 
-__all__ = [
-    "eta_derivatives",
-    "flat_parameters",
-    "set_flat_parameters",
-    "parameter_names",
-    "penalty_mask",
-    "hessian_cost",
-    "PassSums",
-    "HESSIAN_PRECISIONS",
-    "hessian_and_gradient",
-]
+__all__ = ["PassSums", "hessian_and_gradient"]
 
 
-# -- per-sample derivatives on the eta scale ------------------------------------
-def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, expected: bool = False):
-    """Per-sample loss and its first (and second) derivatives with respect to eta.
-
-    Args:
-        family: a :class:`~torchglm.families.Family`.
-        eta: linear predictor, shape (n,) or (n, K) for multi-output families.
-        y: targets, shape (n,).
-        order: 1 for ``(nll, d1)``, 2 for ``(nll, d1, d2)``.
-        expected: give the expected information instead of ``d2`` (Fisher
-            scoring, seed 000's IRLS weights): ``(dmu/deta)^2 / V(mu)`` for
-            single-output families. Multi-output families (the categorical with
-            its canonical softmax link) have ``d2`` free of ``y``, so the
-            expected and observed information coincide and ``d2`` is returned.
-
-    Returns:
-        ``nll`` (n,), ``d1`` like ``eta`` and, for ``order=2``, ``d2`` of shape (n,)
-        or (n, K, K).
-
-    Closed forms come from :meth:`Family.nll_derivatives` where the family has
-    them (logit, probit, canonical softmax: one elementwise pass); otherwise
-    :mod:`torch.func` differentiates ``family.nll``.
-    """
-
-    if order == 2 and expected and eta.dim() == 1:
-        nll, d1 = eta_derivatives(family, eta, y, order=1)
-        link = family.link
-        dmu = link.inverse_derivative(eta)
-        if family.is_canonical:
-            # A canonical link has V(mu) = |dmu/deta|, so (dmu/deta)^2 / V(mu) is
-            # |dmu/deta|: no 0/0 where the fitted mean saturates (separation).
-            d2 = dmu.abs()
-        else:
-            v = family.variance(link.inverse(eta))
-            # Where V(mu) underflows to 0 the weight's limit is 0 (dmu/deta -> 0 faster).
-            d2 = torch.where(v > 0, dmu * dmu / v, torch.zeros_like(v))
-        return nll, d1, d2
-    closed = family.nll_derivatives(eta, y, order)
-    if closed is not None:
-        return closed
-
-    def total(e):
-        nll = family.nll(e, y)
-        return nll.sum(), nll
-
-    if order == 1:
-        d1, nll = grad(total, has_aux=True)(eta)
-        return nll, d1
-    if eta.dim() == 1:
-
-        def d1_sum(e):
-            d1, nll = grad(total, has_aux=True)(e)
-            return d1.sum(), (d1, nll)
-
-        # The Hessian of sum_i l_i w.r.t. eta is diagonal, so grad(sum_i dl_i/deta_i) is it.
-        d2, (d1, nll) = grad(d1_sum, has_aux=True)(eta)
-        return nll, d1, d2
-    d1, nll = grad(total, has_aux=True)(eta)
-
-    def hessian_row(v):
-        # Row k of every per-sample block: d/deta of sum_i dl_i/deta_ik.
-        return grad(lambda e: (grad(total, has_aux=True)(e)[0] * v).sum())(eta)
-
-    eye = torch.eye(eta.shape[1], dtype=eta.dtype, device=eta.device)
-    d2 = vmap(hessian_row)(eye).permute(1, 0, 2)
-    return nll, d1, d2
-
-
-# -- parameter layout -----------------------------------------------------------
-def flat_parameters(model, dtype: torch.dtype | None = None) -> torch.Tensor:
-    """``[W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype`` (the
-    model's :meth:`~torchglm.models.GeneralizedLinearModel.flat_parameters`)."""
-    return model.flat_parameters(dtype)
-
-
-def set_flat_parameters(model, theta: torch.Tensor) -> None:
-    """Write a flat ``[W.reshape(-1), b]`` vector into the model (in its dtype; the
-    model's :meth:`~torchglm.models.GeneralizedLinearModel.set_flat_parameters`)."""
-    model.set_flat_parameters(theta)
-
-
-def parameter_names(model) -> list[str]:
-    """Names of the flat parameters: ``weight[k,j]`` then ``bias[k]`` (the model's
-    :meth:`~torchglm.models.GeneralizedLinearModel.parameter_names`)."""
-    return model.parameter_names()
-
-
-def hessian_cost(model) -> float:
-    """Hessian entries per sample, ``d~ K (K + 1) / 2`` (``d~`` for one output): the
-    cost of one exact-Hessian pass in units of one gradient evaluation."""
-    m, d = model.n_outputs, model.n_features
-    dt = d + model.has_intercept
-    return dt * m * (m + 1) / 2 if m > 1 else dt
-
-
-def penalty_mask(model, dtype=None, device=None) -> torch.Tensor:
-    """1 for penalized (weight) entries, 0 for the bias, in the flat order."""
-    m, d = model.n_outputs, model.n_features
-    n_bias = model.n_bias
-    return torch.cat(
-        [torch.ones(m * d, dtype=dtype, device=device), torch.zeros(n_bias, dtype=dtype, device=device)]
-    )
-
-
-# -- one pass of sums -------------------------------------------------------------
 class PassSums:
     """Sums of loss, gradient and curvature over the batches of one pass.
 
@@ -193,7 +61,7 @@ class PassSums:
 
     def __init__(
         self,
-        model,
+        model: LinearModel,
         theta: torch.Tensor,
         curvature: str | None = "full",
         saturation: float = 0.0,
@@ -239,16 +107,10 @@ class PassSums:
         self.mask = penalty_mask(model, **opts)
 
     def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
-        eta = x @ self.W.T
-        if self.has_bias:
-            eta = eta + self.b
-        if self.scalar:
-            eta = eta.squeeze(-1)
-        if offset is not None:
-            # one value per sample, added to every output's eta (the model's linear_predictor)
-            offset = offset.to(eta.dtype)
-            eta = eta + (offset if self.scalar else offset.unsqueeze(-1))
-        return eta
+        # One value of the offset per sample, added to every output's eta, in the
+        # pass's dtype (a float32 batch's offset under a float64 fit).
+        offset = None if offset is None else offset.to(self.theta.dtype)
+        return linear_predictor(x, self.W, self.b, offset, not self.scalar)
 
     def add(self, batch: Batch) -> None:
         if self.targets_only:
@@ -258,7 +120,7 @@ class PassSums:
             x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
         else:
             x = batch.x.to(self.theta.dtype)
-        rows = _fused_rows(x)
+        rows = products.fused_rows(x)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
         # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
@@ -317,7 +179,7 @@ class PassSums:
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
-        self.grad[: m * d] += _rt_x(r, x).reshape(-1)
+        self.grad[: m * d] += products.rt_x(r, x).reshape(-1)
         if self.has_bias:
             self.grad[m * d :] += r.sum(0)
         if d2 is None:
@@ -341,11 +203,11 @@ class PassSums:
         P = pairs.shape[1]
         hp = d2.unsqueeze(-1) if d2.dim() == 1 else d2[:, pairs[0], pairs[1]]  # (n, P)
         B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
-        rows = _chunk_rows(x, P * d)
+        rows = products.chunk_rows(x, P * d)
         for i in range(0, x.shape[0], rows):
             xc, hc = x[i : i + rows], hp[i : i + rows]
             hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
-            _add_product(B, xc.T, hx, self.hessian_precision)
+            products.add_product(B, xc.T, hx, self.hessian_precision)
         # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
         B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
         full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
@@ -355,7 +217,7 @@ class PassSums:
         H[:md, :md] += full.permute(0, 2, 1, 3).reshape(md, md)
         if self.has_bias:
             cross = torch.zeros(m, m, d, dtype=x.dtype, device=x.device)
-            Bb = _rt_x(hp, x)  # (P, d): sum_i h_kl,i x_i
+            Bb = products.rt_x(hp, x)  # (P, d): sum_i h_kl,i x_i
             cross[pairs[0], pairs[1]] = Bb
             cross[pairs[1], pairs[0]] = Bb
             H[:md, md:] += cross.permute(0, 2, 1).reshape(md, m)
@@ -393,7 +255,7 @@ class PassSums:
     def _add_diag(self, x, curv: "_Curvature"):
         m, d = self.m, self.d
         h = curv.diagonal()  # (n, m)
-        self.diag[: m * d] += _rt_x(h, x, square=True).reshape(-1)
+        self.diag[: m * d] += products.rt_x(h, x, square=True).reshape(-1)
         if self.has_bias:
             self.diag[m * d :] += h.sum(0)
 
@@ -450,7 +312,7 @@ class PassSums:
             if c is not None:
                 u = u + c
             hu = curv.apply(u)
-            out[: m * d] += _rt_x(hu, x).reshape(-1)
+            out[: m * d] += products.rt_x(hu, x).reshape(-1)
             if c is not None:
                 out[m * d :] += hu.sum(0)
         all_reduce_sum(out)
@@ -482,170 +344,12 @@ class _Curvature:
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
 
 
-#: Precisions of a dense Hessian's products (:class:`PassSums`): ``"highest"``, the
-#: working dtype; ``"tf32"``, float32 products on TF32 tensor cores (CUDA; the working
-#: dtype elsewhere, where there are none); ``"bf16"``, bfloat16 operands (8 bits of
-#: mantissa) with each chunk's product added in the working dtype (on a CUDA device
-#: the product itself is accumulated and returned in float32).
-HESSIAN_PRECISIONS = ("highest", "tf32", "bf16")
-
-
-def _add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, precision: str) -> None:
-    """``out += a @ b`` in the given precision (:data:`HESSIAN_PRECISIONS`)."""
-    if precision == "bf16":
-        a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
-        if out.is_cuda and out.dtype == torch.float32:
-            out += torch.mm(a, b, out_dtype=torch.float32)  # cuBLAS: float32 accumulate and result
-        else:
-            # (no float32 result for bfloat16 operands on a CPU: each chunk's result is
-            # rounded to bfloat16, about 1e-3 relative on a CPU's chunks)
-            out += torch.mm(a, b).to(out.dtype)
-    elif precision == "tf32" and out.is_cuda and out.dtype == torch.float32:
-        matmul = torch.backends.cuda.matmul  # the fp32_precision API (the legacy flag must not mix with it)
-        before = matmul.fp32_precision
-        matmul.fp32_precision = "tf32"
-        try:
-            out.addmm_(a, b)
-        finally:
-            matmul.fp32_precision = before
-    else:
-        out.addmm_(a, b)
-
-
-def _fused_rows(x: torch.Tensor) -> int | None:
-    """Rows per slab of a pass over a dense design on a CPU (about 4 MB each), or
-    ``None`` for one piece: sparse, on an accelerator, or small enough for cache."""
-    if x.is_sparse or x.device.type != "cpu" or x.numel() * x.element_size() <= 2**23:
-        return None
-    return _chunk_rows(x, x.shape[1], cpu_budget=2**19)
-
-
-#: Elements per product chunk on an accelerator (few, large kernels).
-ACCELERATOR_CHUNK = 2**26
-
-
-def _chunk_rows(x: torch.Tensor, width: int, cpu_budget: int = 2**16) -> int:
-    """Rows per chunk for products over ``width`` columns: about ``cpu_budget``
-    elements on a CPU (2^16: the chunk and its products stay in cache),
-    :data:`ACCELERATOR_CHUNK` on an accelerator."""
-    budget = cpu_budget if x.device.type == "cpu" else ACCELERATOR_CHUNK
-    return max(256, budget // max(width, 1))
-
-
-class SparseRows:
-    """A sparse batch of rows for the products of a pass, kept in CSR.
-
-    ``x @ W^T`` is a CSR product; the products back onto ``x`` (gradient ``x^T r``,
-    diagonal ``(x * x)^T h``, Hessian-vector products) use a CSR of ``x^T`` (and of
-    ``(x * x)^T`` when asked), built once and kept in ``cache`` (the fitter's dict)
-    for the later passes over the same batch: measured on a 25,000 x 10,000 design
-    with 150 entries per row (one thread), ``x^T r`` takes 9 ms this way against
-    220 ms through COO (and 380 ms as a transposed CSR), for one 180 ms build. A
-    batch is known again by its column-index and value storage (the contiguous row
-    slices of :class:`~torchglm.data.batches.TensorBatches` are views); the entry
-    holds those tensors, so their memory cannot be reused while it lives, and lives
-    while the passes use it (:meth:`evict_unseen`). The Hessian of a sparse design
-    (small ``d``) is formed from the COO form.
-    """
-
-    is_sparse = True
-
-    def __init__(self, csr: torch.Tensor, entry: dict):
-        self.csr, self.entry = csr, entry
-        self.shape, self.dtype, self.device = csr.shape, csr.dtype, csr.device
-
-    @classmethod
-    def of(cls, x: torch.Tensor, cache: dict | None, dtype: torch.dtype) -> "SparseRows":
-        """The batch ``x`` as given (CSR or COO, any dtype) in CSR and ``dtype``; the
-        conversion too is kept in ``cache`` with the transposes (a float32 batch of a
-        float64 fit is cast once, not every pass)."""
-        sparse_csr = x.layout == torch.sparse_csr
-        parts = (x.col_indices(), x.values(), x.crow_indices()) if sparse_csr else (x._indices(), x._values())
-        key = (
-            x.layout,
-            parts[0].data_ptr(),
-            parts[1].data_ptr(),
-            parts[1].numel(),
-            tuple(x.shape),
-            x.dtype,
-            dtype,
-            str(x.device),
-        )
-        entry = None if cache is None else cache.get(key)
-        if entry is None:
-            csr = x if sparse_csr else x.to_sparse_csr()
-            entry = {"pinned": parts, "csr": csr.to(dtype)}
-            if cache is not None:
-                cache[key] = entry
-        entry["seen"] = True
-        return cls(entry["csr"], entry)
-
-    @staticmethod
-    def evict_unseen(cache: dict) -> None:
-        """Drop the entries no batch of the last pass used (shuffled batches are new
-        tensors every pass: without this the cache would grow by a pass's batches per
-        pass), and start watching the next pass."""
-        for key in [k for k, e in cache.items() if not e.get("seen")]:
-            del cache[key]
-        for e in cache.values():
-            e["seen"] = False
-
-    def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
-        return self.csr @ w
-
-    def transposed(self, square: bool = False) -> torch.Tensor:
-        """CSR of ``x^T`` (or of ``(x * x)^T``), built on first use."""
-        if square:
-            if "t_square" not in self.entry:
-                t = self.transposed()  # the same pattern, squared values
-                self.entry["t_square"] = torch.sparse_csr_tensor(
-                    t.crow_indices(), t.col_indices(), t.values() ** 2, size=t.shape
-                )
-            return self.entry["t_square"]
-        if "t" not in self.entry:
-            csr = self.csr
-            n, d = csr.shape
-            col, values = csr.col_indices(), csr.values()
-            rows = torch.repeat_interleave(torch.arange(n, device=col.device), csr.crow_indices().diff())
-            order = torch.argsort(col, stable=True)  # by column, rows ascending within
-            ccol = torch.zeros(d + 1, dtype=col.dtype, device=col.device)
-            ccol[1:] = torch.bincount(col, minlength=d).cumsum(0)
-            self.entry["t"] = torch.sparse_csr_tensor(
-                ccol, rows[order].to(col.dtype), values[order], size=(d, n)
-            )
-        return self.entry["t"]
-
-    @property
-    def coo(self) -> torch.Tensor:
-        if "coo" not in self.entry:
-            self.entry["coo"] = self.csr.to_sparse_coo().coalesce()
-        return self.entry["coo"]
-
-
-def _rt_x(r: torch.Tensor, x, square: bool = False) -> torch.Tensor:
-    """``r^T x`` (or ``r^T (x * x)`` with ``square``) for a dense ``r`` (n, m) and a
-    dense ``x`` (n, d) or :class:`SparseRows`; dense products are summed over row
-    chunks, so neither ``x * x`` nor a badly shaped ``(m x n) (n x d)`` product is
-    formed whole."""
-    if isinstance(x, SparseRows):
-        return (x.transposed(square) @ r).T
-    n = x.shape[0]
-    rows = _chunk_rows(x, x.shape[1])
-    if not square and (r.shape[1] == 1 or rows >= n):
-        return r.T @ x
-    out = torch.zeros(r.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
-    for i in range(0, n, rows):
-        xc = x[i : i + rows]
-        out.addmm_(r[i : i + rows].T, xc * xc if square else xc)
-    return out
-
-
 def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return t * s.view(-1, *([1] * (t.dim() - 1)))
 
 
 def hessian_and_gradient(
-    model, batches: Iterable[Batch], expected: bool = False, dtype: torch.dtype = torch.float64
+    model: LinearModel, batches: Iterable[Batch], expected: bool = False, dtype: torch.dtype = torch.float64
 ):
     """Objective, gradient and Hessian at the model's current parameters.
 

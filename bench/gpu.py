@@ -536,7 +536,7 @@ def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
 def crossover(n: int, widths: list[int], device: torch.device, repeats: int) -> dict:
     from torchglm.solvers import choose_solver
     from torchglm.solvers.api import AUTO_FLOAT32_MIN_FLOPS
-    from torchglm.solvers.stepper import NEWTON_MAX_COST
+    from torchglm.solvers.finish import NEWTON_MAX_COST
 
     rows = []
     for d in widths:

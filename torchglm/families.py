@@ -91,7 +91,7 @@ class Family:
     #: towards its ``y`` and leaves the others' unchanged, it is separation (complete,
     #: or quasi-complete; Albert & Anderson, Biometrika 1984; for counts, all zero
     #: within a level of a dummy). The solvers watch these families for it
-    #: (:meth:`torchglm.solvers.stepper.StepFitter._check_separation`). A Gamma or
+    #: (:class:`torchglm.solvers.separation.SeparationWatch`). A Gamma or
     #: Gaussian target never sits on its mean's boundary (``y > 0``, ``y`` real).
     separable: bool = False
     #: links whose inverse always lands in the mean domain: ``nll`` skips the

@@ -289,6 +289,26 @@ class Fitter:
         fit and then polishes in float64)."""
         return dtype or cls.default_dtype or model.param_dtype
 
+    @classmethod
+    def stage_options(
+        cls, dtype: torch.dtype, last: bool, previous: FitResult | None, tol: float, hessian_precision: str
+    ) -> dict[str, Any]:
+        """The options of one stage of a fit in stages of rising precision
+        (:func:`~torchglm.solvers.fit`'s float32 stage and its float64 polish), beyond
+        the caller's, which they override.
+
+        Args:
+            dtype: the stage's working dtype.
+            last: whether it is the last stage (the one that decides convergence).
+            previous: the result of the stage before (``None`` for the first).
+            tol: the caller's tolerance.
+            hessian_precision: the precision asked for the lower stages' Hessian products.
+
+        Returns:
+            ``{}`` here: a fitter that knows no stages runs every stage alike.
+        """
+        return {}
+
     def start_pass(self) -> None:
         raise NotImplementedError
 

@@ -17,7 +17,8 @@ from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
 from .layout import hessian_cost
-from .stepper import NEWTON_MAX_COST, StepFitter
+from .finish import NEWTON_MAX_COST
+from .stepper import StepFitter
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
 from .least_squares import QRFitter
@@ -65,7 +66,7 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
-    ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.stepper.NEWTON_MAX_COST`, 128:
+    ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.finish.NEWTON_MAX_COST`, 128:
     binary problems with up to 127 features, softmax with K = 3 and up to 20
     features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification.
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
@@ -204,27 +205,9 @@ def fit(
     tol = options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
     result = None
     for dt in stages:
-        extra = {}
-        if (
-            result is not None
-            and result.extra.get("hessian") is not None
-            and issubclass(cls, NewtonFitter)
-            and hessian_precision == "highest"
-        ):
-            # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
-            # (Not a TF32/bf16 one: its decrement would carry that Hessian's error.)
-            extra["fixed_hessian"] = result.extra["hessian"]
-        stage_options = dict(options)
-        if dt != stages[-1] and issubclass(cls, NewtonFitter):
-            # A lower-precision stage followed by the float64 polish stops at its own
-            # resolution, lambda^2 <= 10 eps(dt) max(1, |E|): its E rounds at eps(dt), so a
-            # tighter test there only adds Hessian passes; the polish (gradient passes with
-            # this stage's Hessian) then meets the caller's tolerance in float64.
-            stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
-        if dt != stages[-1] and issubclass(cls, StepFitter):
-            stage_options["handoff"] = True  # the polish verifies the stage's last step
-            stage_options["hessian_precision"] = hessian_precision
-        fitter = cls(model, max_iter=max_iter, dtype=dt, **stage_options, **extra)
+        # The solver declares what its stages of lower precision and its polish take.
+        declared = cls.stage_options(dt, dt == stages[-1], result, tol, hessian_precision)
+        fitter = cls(model, max_iter=max_iter, dtype=dt, **{**options, **declared})
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y
         ws = None if weight is None else weight.to(dt)

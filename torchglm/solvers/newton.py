@@ -38,6 +38,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import fail
+from ..passes import FitResult
 from .pass_sums import PassSums
 from .stepper import StepFitter
 
@@ -93,6 +94,28 @@ class NewtonFitter(_SecondOrder):
             # Passes then sum only loss and gradient; every step uses this matrix.
             self.fixed_hessian = fixed_hessian.to(self.theta)
             self.curvature = None
+
+    @classmethod
+    def stage_options(
+        cls, dtype: torch.dtype, last: bool, previous: FitResult | None, tol: float, hessian_precision: str
+    ) -> dict:
+        """:meth:`StepFitter.stage_options`, and: a stage followed by the float64 polish
+        stops at its own resolution, ``lambda^2 <= 10 eps(dtype) max(1, |E|)`` (its
+        ``E`` rounds at ``eps(dtype)``, so a tighter test there only adds Hessian
+        passes; the polish, gradient passes with this stage's Hessian, then meets the
+        caller's tolerance in float64); the polish reuses the stage's last Hessian as
+        its ``fixed_hessian``, so its passes sum only ``E`` and ``g`` (not a TF32/bf16
+        one: its decrement would carry that Hessian's error)."""
+        options = super().stage_options(dtype, last, previous, tol, hessian_precision)
+        if (
+            previous is not None
+            and previous.extra.get("hessian") is not None
+            and hessian_precision == "highest"
+        ):
+            options["fixed_hessian"] = previous.extra["hessian"]
+        if not last:
+            options["tol"] = max(tol, 10 * torch.finfo(dtype).eps)
+        return options
 
     def direction(self, s: PassSums):
         return self.newton_step(s, s.hess if self.fixed_hessian is None else self.fixed_hessian)

@@ -14,6 +14,7 @@ import inspect
 import torch
 
 from .._validation import NumericalWarning, fail, feature_names_of, warn
+from ..passes import LinearModel
 from ..data.batches import TensorBatches
 from .base import FitResult, Fitter, run_passes
 from .layout import hessian_cost
@@ -56,7 +57,7 @@ def _solver_class(name: str, given: str) -> type[Fitter]:
 AUTO_FLOAT32_MIN_FLOPS = 5e7
 
 
-def choose_solver(model, n_samples: int | None = None) -> str:
+def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     """The solver ``auto`` picks from the model's shape.
 
     The Gaussian family with its identity link is least squares: ``qr``
@@ -90,7 +91,7 @@ def _check_options(name: str, cls: type, options: dict) -> None:
         raise fail(f"options of solver '{name}'", f"names among {sorted(allowed)}", unknown)
 
 
-def make_fitter(model, solver: str = "auto", **options) -> Fitter:
+def make_fitter(model: LinearModel, solver: str = "auto", **options) -> Fitter:
     """A pass-based fitter for ``model``.
 
     Args:
@@ -111,7 +112,7 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
 
 
 def fit(
-    model,
+    model: LinearModel,
     x: torch.Tensor,
     y: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -228,7 +229,7 @@ def fit(
     return result
 
 
-def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:
+def _check_rounding(model: LinearModel, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:
     """The parameters hold the fit's optimum rounded to their narrower dtype: evaluate
     ``E`` there in the fit's ``dtype``. On columns equal up to float32 rounding the
     float64 optimum has coefficients of +-1e6, and rounded to float32 it was 4e-5

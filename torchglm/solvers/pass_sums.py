@@ -19,6 +19,7 @@ from ..penalty import L2Penalty
 from .eta_derivatives import eta_derivatives
 from .layout import flat_parameters, penalty_mask
 from . import products
+from .curvature import Curvature, add_hessian, add_hessian_sparse, scale_rows
 from .sparse_rows import SparseRows
 
 __all__ = ["PassSums", "hessian_and_gradient"]
@@ -173,9 +174,9 @@ class PassSums:
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
         if s is not None:
-            nll, d1 = s * nll, _scale(d1, s)
+            nll, d1 = s * nll, scale_rows(d1, s)
             if d2 is not None and not probs:
-                d2 = _scale(d2, s)
+                d2 = scale_rows(d2, s)
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
@@ -185,74 +186,16 @@ class PassSums:
         if d2 is None:
             return
         if self.hess is not None and x.is_sparse:
-            self._add_hessian_sparse(x, d2)
+            add_hessian_sparse(self.hess, x, d2, self.m, self.d, self.has_bias)
         elif self.hess is not None:
-            self._add_hessian(x, d2)
+            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
         else:
-            curv = _Curvature(d2, s if probs else None, probs)
+            curv = Curvature(d2, s if probs else None, probs)
             self._add_diag(x, curv)
             if self.curvature == "hvp":
                 self.stored.append((x, curv))
 
-    def _add_hessian(self, x, d2):
-        """``X~^T diag(h_kl) X~`` for every class pair ``k <= l`` (``h`` symmetric):
-        per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once."""
-        m, d = self.m, self.d
-        md = m * d
-        pairs = torch.triu_indices(m, m, device=x.device)  # (2, P), k <= l
-        P = pairs.shape[1]
-        hp = d2.unsqueeze(-1) if d2.dim() == 1 else d2[:, pairs[0], pairs[1]]  # (n, P)
-        B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
-        rows = products.chunk_rows(x, P * d)
-        for i in range(0, x.shape[0], rows):
-            xc, hc = x[i : i + rows], hp[i : i + rows]
-            hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
-            products.add_product(B, xc.T, hx, self.hessian_precision)
-        # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
-        B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
-        full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
-        full[pairs[0], pairs[1]] = B
-        full[pairs[1], pairs[0]] = B.transpose(1, 2)
-        H = self.hess
-        H[:md, :md] += full.permute(0, 2, 1, 3).reshape(md, md)
-        if self.has_bias:
-            cross = torch.zeros(m, m, d, dtype=x.dtype, device=x.device)
-            Bb = products.rt_x(hp, x)  # (P, d): sum_i h_kl,i x_i
-            cross[pairs[0], pairs[1]] = Bb
-            cross[pairs[1], pairs[0]] = Bb
-            H[:md, md:] += cross.permute(0, 2, 1).reshape(md, m)
-            H[md:, :md] += cross.permute(1, 0, 2).reshape(m, md)
-            corner = torch.zeros(m, m, dtype=x.dtype, device=x.device)
-            hs = hp.sum(0)
-            corner[pairs[0], pairs[1]] = hs
-            corner[pairs[1], pairs[0]] = hs
-            H[md:, md:] += corner
-
-    def _add_hessian_sparse(self, x, d2):
-        """``X^T diag(h_kl) X`` for a sparse COO ``x``: a sparse-sparse product per class
-        pair, densified only as the (d x d) Hessian block (never the n x d design)."""
-        m, d = self.m, self.d
-        md = m * d
-        blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
-        x = x.coo
-        H, xt = self.hess, x.t()
-        for k in range(m):
-            for l in range(k, m):
-                h = blocks[:, k, l]
-                xh = x * h.unsqueeze(-1)
-                xx = torch.sparse.mm(xt, xh).to_dense()
-                H[k * d : (k + 1) * d, l * d : (l + 1) * d] += xx
-                if l != k:
-                    H[l * d : (l + 1) * d, k * d : (k + 1) * d] += xx.T
-                if self.has_bias:
-                    xh_sum = torch.sparse.sum(xh, 0).to_dense()
-                    hs = h.sum()
-                    for a, b in ((k, l), (l, k)) if l != k else ((k, l),):
-                        H[a * d : (a + 1) * d, md + b] += xh_sum
-                        H[md + b, a * d : (a + 1) * d] += xh_sum
-                        H[md + a, md + b] += hs
-
-    def _add_diag(self, x, curv: "_Curvature"):
+    def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
         h = curv.diagonal()  # (n, m)
         self.diag[: m * d] += products.rt_x(h, x, square=True).reshape(-1)
@@ -317,35 +260,6 @@ class PassSums:
                 out[m * d :] += hu.sum(0)
         all_reduce_sum(out)
         return out / self.weight_sum + self.penalty.curvature(self.mask) * v
-
-
-class _Curvature:
-    """The eta-curvature of one batch: ``h`` (n,) per sample, ``K x K`` blocks
-    (n, K, K), or for the canonical softmax (``probs``) the means ``mu`` (n, K) and
-    sample weights ``s``, ``H_i = s_i (diag(mu_i) - mu_i mu_i^T)`` (O(nK), not O(nK^2))."""
-
-    def __init__(self, d2: torch.Tensor, weight: torch.Tensor | None = None, probs: bool = False):
-        self.d2, self.weight, self.probs = d2, weight, probs
-
-    def diagonal(self) -> torch.Tensor:
-        """``H_i[k, k]``, shape (n, m)."""
-        d2 = self.d2
-        if self.probs:
-            h = d2 * (1 - d2)
-            return h if self.weight is None else _scale(h, self.weight)
-        return d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
-
-    def apply(self, u: torch.Tensor) -> torch.Tensor:
-        """``H_i u_i`` for ``u`` of shape (n, m)."""
-        d2 = self.d2
-        if self.probs:
-            hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
-            return hu if self.weight is None else _scale(hu, self.weight)
-        return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
-
-
-def _scale(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-    return t * s.view(-1, *([1] * (t.dim() - 1)))
 
 
 def hessian_and_gradient(

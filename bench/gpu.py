@@ -18,7 +18,7 @@ Sections of the JSON (every number; times are synchronized wall seconds, best of
   with TF32 off): the roofline of the Hessian assembly, one weighted product.
 * ``passes``: logistic n=4M d=100 and softmax K=10 n=1M d=100 (quick / CPU:
   much smaller), float32 and float64, the data on the device: one
-  :class:`~torchglm.solvers.derivatives.PassSums` pass with the full Hessian
+  :class:`~torchglm.solvers.pass_sums.PassSums` pass with the full Hessian
   against the hand-written one-GEMM reference ``X~^T (h X~)`` (softmax: one
   product over all class pairs) timed in the same run, their ratio, the
   achieved TFLOP/s (``2 n d~^2 P`` flops, ``P`` class pairs) and its fraction of
@@ -536,7 +536,7 @@ def fits(n: int, d: int, device: torch.device, repeats: int) -> dict:
 def crossover(n: int, widths: list[int], device: torch.device, repeats: int) -> dict:
     from torchglm.solvers import choose_solver
     from torchglm.solvers.api import AUTO_FLOAT32_MIN_FLOPS
-    from torchglm.solvers.stepper import NEWTON_MAX_COST
+    from torchglm.solvers.finish import NEWTON_MAX_COST
 
     rows = []
     for d in widths:

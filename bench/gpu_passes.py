@@ -6,7 +6,7 @@ whole fits per solver (issue 15's table, rerun).
 
 Per problem and dtype it times (synchronized, best of ``--repeats``):
 
-* ``pass[curvature]``: one :class:`~torchglm.solvers.derivatives.PassSums` pass over
+* ``pass[curvature]``: one :class:`~torchglm.solvers.pass_sums.PassSums` pass over
   the data held on the device (``None``: E and g; ``full``: + the exact Hessian;
   ``hvp``: + the diagonal and the kept curvature) and one Hessian-vector product;
 * ``reference``: the same Hessian as one hand-written product ``X~^T (h X~)``
@@ -106,7 +106,7 @@ def reference_in_theta_order(ref, model, n):
     """The reference sum of :func:`reference_hessian` as the (p, p) Hessian of the mean
     objective in the flat parameter order ``[vec W, b]``: divided by ``n`` and with the
     penalty ``l2`` on the weights (not the bias), as ``PassSums.finish`` returns it."""
-    from torchglm.solvers.derivatives import penalty_mask
+    from torchglm.solvers.layout import penalty_mask
 
     m, d = model.n_outputs, model.n_features
     dt = d + 1
@@ -129,7 +129,8 @@ def pass_times(kind, x, y, K, repeats, check=False, precisions=()):
     ``precisions``: also the full pass with these ``hessian_precision`` values
     (``pass[full,<p>]_s``, and with ``check`` ``max_rel_diff_full_<p>_to_reference``)."""
     from torchglm.data import TensorBatches
-    from torchglm.solvers.derivatives import PassSums, flat_parameters
+    from torchglm.solvers.layout import flat_parameters
+    from torchglm.solvers.pass_sums import PassSums
 
     n, d = x.shape
     model = _glm(kind, d, K, x.dtype, x.device)

@@ -21,11 +21,12 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-import torchglm.solvers.derivatives as D
+import torchglm.solvers.products as P
 from autograd_ref import assert_verified_optimum
 from torchglm.data.batches import TensorBatches
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS, fit
+from torchglm.solvers.pass_sums import PassSums
 from devices import DEVICES
 
 MATMULS = {
@@ -61,7 +62,7 @@ def _model(d, K=None):
 def _profile_pass(model, x, y, curvature="full"):
     """Aten op counts of the ``add`` calls of one pass (and separately ``finish``)."""
     theta = model.flat_parameters(torch.float64)
-    sums = D.PassSums(model, theta, curvature)
+    sums = PassSums(model, theta, curvature)
     batches = TensorBatches(x, y, batch_size=None)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for b in batches:
@@ -77,10 +78,10 @@ def _profile_pass(model, x, y, curvature="full"):
 def accelerator_chunks(monkeypatch):
     """The accelerator's chunk rule (ACCELERATOR_CHUNK elements per product, no CPU
     slabs), on CPU tensors."""
-    monkeypatch.setattr(D, "_fused_rows", lambda x: None)
-    chunk_rows = D._chunk_rows
+    monkeypatch.setattr(P, "fused_rows", lambda x: None)
+    chunk_rows = P.chunk_rows
     monkeypatch.setattr(
-        D, "_chunk_rows", lambda x, width, cpu_budget=None: chunk_rows(x, width, D.ACCELERATOR_CHUNK)
+        P, "chunk_rows", lambda x, width, cpu_budget=None: chunk_rows(x, width, P.ACCELERATOR_CHUNK)
     )
 
 

@@ -18,7 +18,7 @@ from torchglm.data.batches import TensorBatches
 from torchglm.data.simulate import simulate_glm
 from torchglm.families import FAMILIES
 from torchglm.inference import fit_glm, glm_results
-from torchglm.solvers.derivatives import hessian_and_gradient
+from torchglm.solvers.pass_sums import hessian_and_gradient
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_inference import CASES, _dataset, _t, statsmodels_fit  # noqa: E402

@@ -21,7 +21,7 @@ from torchglm.data.batches import TensorBatches  # noqa: E402
 from torchglm.data.simulate import simulate_glm  # noqa: E402
 from torchglm.families import FAMILIES  # noqa: E402
 from torchglm.inference import fit_glm, glm_results, lr_test  # noqa: E402
-from torchglm.solvers.derivatives import set_flat_parameters  # noqa: E402
+from torchglm.solvers.layout import set_flat_parameters  # noqa: E402
 
 L = sm.families.links
 SM_LINKS = {

@@ -8,7 +8,8 @@ from torch.func import hessian
 
 from torchglm import InputError, LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm.solvers import NewtonFitter, fit
-from torchglm.solvers.derivatives import PassSums, flat_parameters
+from torchglm.solvers.layout import flat_parameters
+from torchglm.solvers.pass_sums import PassSums
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 

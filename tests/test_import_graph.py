@@ -170,17 +170,17 @@ def _under(mod: str, package: str) -> bool:
     return mod == package or mod.startswith(package + ".")
 
 
-def test_models_import_neither_solvers_nor_training_at_import_time():
-    """The pass contract is on the ground floor (torchglm.passes); models reach the
-    solvers only inside ``GLM.fit``/``make_fitter``, and never the training layer."""
-    top = import_graph(top_level=True)
+def test_solvers_import_no_model_and_models_no_training():
+    """The solvers are the floor below the models: they fit the duck type
+    ``torchglm.passes.LinearModel`` and import no model (not even lazily), so the
+    models import the solvers at module level; neither imports the training layer."""
     every = import_graph()
-    for mod in top:
-        if _under(mod, "torchglm.models"):
-            assert not any(
-                _under(d, "torchglm.solvers") or _under(d, "torchglm.training") for d in top[mod]
-            ), mod
+    for mod in every:
+        if _under(mod, "torchglm.solvers"):
+            assert not any(_under(d, "torchglm.models") for d in every[mod]), mod
+        if _under(mod, "torchglm.solvers") or _under(mod, "torchglm.models"):
             assert not any(_under(d, "torchglm.training") for d in every[mod]), mod
+    assert "torchglm.solvers" in every["torchglm.models.glm"]
 
 
 def test_lightning_is_imported_only_under_training():

@@ -16,7 +16,8 @@ import torch
 from torchglm import GeneralizedLinearModel, InputError
 from torchglm.data.batches import TensorBatches
 from torchglm.inference import GLMResults, fit_glm, glm_results, identifiability
-from torchglm.solvers.derivatives import hessian_and_gradient, set_flat_parameters
+from torchglm.solvers.layout import set_flat_parameters
+from torchglm.solvers.pass_sums import hessian_and_gradient
 
 SM = sm.families
 L = sm.families.links

@@ -9,7 +9,8 @@ from torchglm.bayes import GaussianPrior, fit_map, laplace_posterior
 from torchglm.data.batches import TensorBatches
 from torchglm.penalty import L2Penalty
 from torchglm.solvers import flat_parameters
-from torchglm.solvers.derivatives import PassSums, penalty_mask
+from torchglm.solvers.layout import penalty_mask
+from torchglm.solvers.pass_sums import PassSums
 
 
 def _data(n=80, d=3, seed=0):

@@ -7,7 +7,7 @@ import torch
 
 from torchglm import LogisticRegression, ProbitRegression, SeparationWarning
 from torchglm.solvers import fit
-from torchglm.solvers.derivatives import eta_derivatives
+from torchglm.solvers.eta_derivatives import eta_derivatives
 
 
 @pytest.mark.parametrize("cls", [LogisticRegression, ProbitRegression])

@@ -8,12 +8,8 @@ from autograd_ref import flat_objective
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel
-from torchglm.solvers.derivatives import (
-    flat_parameters,
-    hessian_and_gradient,
-    parameter_names,
-    set_flat_parameters,
-)
+from torchglm.solvers.layout import flat_parameters, parameter_names, set_flat_parameters
+from torchglm.solvers.pass_sums import hessian_and_gradient
 
 
 def _cases():
@@ -123,7 +119,7 @@ def test_expected_equals_observed_for_canonical_logit():
 )
 def test_hessian_vector_product_without_forming_h(family, link):
     """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v."""
-    from torchglm.solvers.derivatives import PassSums
+    from torchglm.solvers.pass_sums import PassSums
 
     m, x, y, w = _model_and_data(family, link)
     theta = flat_parameters(m)
@@ -142,7 +138,7 @@ def test_hessian_vector_product_without_forming_h(family, link):
 def test_canonical_link_observed_equals_expected_information(family):
     """The identity the Newton pass relies on for canonical links: torch.func's
     d2l/deta2 equals (dmu/deta)^2 / V(mu)."""
-    from torchglm.solvers.derivatives import eta_derivatives
+    from torchglm.solvers.eta_derivatives import eta_derivatives
 
     m, x, y, _ = _model_and_data(family, FAMILIES[family].canonical_link)
     eta = m(x).detach()

@@ -96,7 +96,8 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
     """A pass's products over a sparse batch (``x W^T``, ``x^T r``, ``(x * x)^T h``)
     equal the dense ones; the CSR of ``x^T`` is built on the first pass over a batch
     and reused by the later passes (the fitter's cache), not rebuilt per pass."""
-    from torchglm.solvers.derivatives import SparseRows, _rt_x
+    from torchglm.solvers.products import rt_x
+    from torchglm.solvers.sparse_rows import SparseRows
 
     g = torch.Generator().manual_seed(3)
     dense = torch.rand(300, 40, generator=g, dtype=torch.float64)
@@ -112,9 +113,9 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
             rows = SparseRows.of(b.x, cache, torch.float64)
             sl = slice(128 * i, 128 * i + b.x.shape[0])
             torch.testing.assert_close(rows @ W.T, dense[sl] @ W.T, rtol=1e-14, atol=1e-14)
-            torch.testing.assert_close(_rt_x(r[sl], rows), r[sl].T @ dense[sl], rtol=1e-13, atol=1e-13)
+            torch.testing.assert_close(rt_x(r[sl], rows), r[sl].T @ dense[sl], rtol=1e-13, atol=1e-13)
             torch.testing.assert_close(
-                _rt_x(r[sl], rows, square=True), r[sl].T @ dense[sl] ** 2, rtol=1e-13, atol=1e-13
+                rt_x(r[sl], rows, square=True), r[sl].T @ dense[sl] ** 2, rtol=1e-13, atol=1e-13
             )
             built.append(id(rows.transposed()))
     if layout == "csr":  # CSR row slices are views: the same three transposes every pass
@@ -123,7 +124,7 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
 
 def test_sparse_fit_keeps_its_transposes_for_the_fit():
     """An L-BFGS fit over a CSR design builds each batch's transpose once."""
-    import torchglm.solvers.derivatives as D
+    import torchglm.solvers.sparse_rows as D
 
     g = torch.Generator().manual_seed(4)
     dense = torch.rand(2000, 60, generator=g, dtype=torch.float64)
@@ -189,7 +190,7 @@ def test_the_transpose_cache_keeps_only_what_the_passes_use():
 def test_a_coo_design_is_converted_to_csr_once_per_fit(monkeypatch):
     """fit() converts a COO design to CSR before batching: every pass then slices CSR
     views (COO was gathered and converted per batch and pass, ~20x slower)."""
-    from torchglm.solvers.derivatives import SparseRows
+    from torchglm.solvers.sparse_rows import SparseRows
 
     g = torch.Generator().manual_seed(6)
     dense = torch.rand(500, 20, generator=g, dtype=torch.float64)
@@ -211,7 +212,7 @@ def test_a_coo_design_is_converted_to_csr_once_per_fit(monkeypatch):
 def test_a_float32_batch_of_a_float64_pass_is_cast_once():
     """The cast to the fit's dtype is cached with the transposes: the same float64 CSR
     (and x^T) serves every pass over a float32 batch."""
-    from torchglm.solvers.derivatives import SparseRows
+    from torchglm.solvers.sparse_rows import SparseRows
 
     dense = torch.rand(300, 10, generator=torch.Generator().manual_seed(7))
     dense[dense < 0.7] = 0

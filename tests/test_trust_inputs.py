@@ -23,7 +23,7 @@ from torchglm.inference import fit_glm
 from torchglm.links import LINKS
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS
-from torchglm.solvers.derivatives import eta_derivatives
+from torchglm.solvers.eta_derivatives import eta_derivatives
 
 
 def _data(n=60, d=3, seed=0):

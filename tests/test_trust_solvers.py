@@ -356,7 +356,7 @@ def test_exactly_collinear_columns_converge_to_the_minimum_norm_optimum():
 def test_the_start_pass_reads_only_targets_and_weights(monkeypatch):
     """From theta = 0 the intercept-only start needs the weighted mean target only: the
     first pass never evaluates the features (a whole pass saved), and the fit is the same."""
-    from torchglm.solvers.derivatives import PassSums
+    from torchglm.solvers.pass_sums import PassSums
 
     x, y, _ = _simulate("bernoulli", "logit", n=800, d=4, seed=5)
     w = torch.rand(800, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5

@@ -102,7 +102,7 @@ class Family:
     #: towards its ``y`` and leaves the others' unchanged, it is separation (complete,
     #: or quasi-complete; Albert & Anderson, Biometrika 1984; for counts, all zero
     #: within a level of a dummy). The solvers watch these families for it
-    #: (:meth:`torchglm.solvers.stepper.StepFitter._check_separation`). A Gamma or
+    #: (:class:`torchglm.solvers.separation.SeparationWatch`). A Gamma or
     #: Gaussian target never sits on its mean's boundary (``y > 0``, ``y`` real).
     separable: bool = False
     #: links whose inverse always lands in the mean domain: ``nll`` skips the
@@ -180,7 +180,7 @@ class Family:
         """Closed-form ``(nll, d1)`` (``order=1``) or ``(nll, d1, d2)`` (``order=2``),
         the per-sample NLL and its observed derivatives with respect to eta, or
         ``None`` where the family and link have none: then
-        :func:`torchglm.solvers.derivatives.eta_derivatives` differentiates
+        :func:`torchglm.solvers.eta_derivatives.eta_derivatives` differentiates
         :meth:`nll` with :mod:`torch.func`. Closed forms cost one elementwise pass.
 
         A canonical link (``eta = theta``) gives ``dl/deta = mu - y`` and

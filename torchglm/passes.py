@@ -9,21 +9,121 @@ serves in-memory tensors, data larger than memory, a Lightning ``Trainer``
 (one epoch = one pass) and many processes.
 
 It lives on the ground floor (models, solvers, inference, bayes and training all
-use it).
+use it). So do the two things the solvers and the models share: the linear
+predictor (:func:`linear_predictor`) and the duck type of the model a solver fits
+(:class:`LinearModel`), so that the solvers import no model.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Protocol
 
 import torch
 import torch.distributed as dist
 
-if TYPE_CHECKING:  # annotations only: the contract sits below data/ in the layers
+if TYPE_CHECKING:  # annotations only: the contract sits below data/ and the math in the layers
     from .data.batches import Batch
+    from .families import Family
 
-__all__ = ["FitExtra", "FitResult", "Fitter", "all_reduce_sum", "run_passes"]
+__all__ = [
+    "FitExtra",
+    "FitResult",
+    "Fitter",
+    "LinearModel",
+    "all_reduce_sum",
+    "linear_predictor",
+    "run_passes",
+]
+
+
+def linear_predictor(
+    x,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    offset: torch.Tensor | None = None,
+    multi_output: bool = False,
+) -> torch.Tensor:
+    """``eta = x W^T + b + offset`` (McCullagh & Nelder §2.2; the lecture notes on
+    probabilistic classification, "Generalized linear models"): the one place the
+    linear predictor is written, for the models' ``forward`` and the solvers' passes.
+
+    Args:
+        x: features (n, d): a dense or sparse tensor, or anything with ``x @ W^T``
+            (a solver's cached sparse rows).
+        weight: ``W`` (K, d), or a stack (S, K, d) (e.g. posterior draws).
+        bias: ``b`` (K,) or (S, K); ``None`` without intercept.
+        offset: a known term (n,) added to every output's eta.
+        multi_output: keep the output axis (softmax); otherwise it is squeezed.
+
+    Returns:
+        (n,) or (n, K) for one ``W``; (S, n) or (S, n, K) for a stack.
+
+    Example:
+        >>> linear_predictor(torch.ones(2, 3), torch.ones(1, 3), torch.ones(1))
+        tensor([4., 4.])
+    """
+    if weight.dim() == 2:
+        eta = x @ weight.T
+        if bias is not None:
+            eta = eta + bias
+    else:
+        eta = torch.einsum("nd,...kd->...nk", x, weight)
+        if bias is not None:
+            eta = eta + bias.unsqueeze(-2)
+    if not multi_output:
+        eta = eta.squeeze(-1)
+    if offset is not None:
+        eta = eta + (offset.unsqueeze(-1) if multi_output else offset)
+    return eta
+
+
+class LinearModel(Protocol):
+    """The model a solver fits, as the solvers see it (a duck type: the solvers import
+    no model; :class:`~torchglm.models.GeneralizedLinearModel` is one).
+
+    ``eta = x W^T + b (+ offset)`` with ``W`` (``n_outputs``, ``n_features``) and ``b``
+    (``n_bias`` entries, 0 without intercept), a family (mean, NLL and link) and an L2
+    penalty ``(l2 / 2) ||W||^2``. The flat parameters are ``[W.reshape(-1), b]``.
+    """
+
+    family: Family
+    l2: float
+    feature_names: list[str] | None
+
+    @property
+    def n_features(self) -> int: ...
+    @property
+    def n_outputs(self) -> int: ...
+    @property
+    def n_bias(self) -> int: ...
+    @property
+    def has_intercept(self) -> bool: ...
+    @property
+    def param_dtype(self) -> torch.dtype: ...
+    @property
+    def param_device(self) -> torch.device: ...
+
+    def flat_parameters(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``[W.reshape(-1), b]`` as one detached vector (a copy), in ``dtype``."""
+
+    def set_flat_parameters(self, theta: torch.Tensor) -> None:
+        """Write a flat vector into the parameters (in their dtype)."""
+
+    def parameter_names(self) -> list[str]:
+        """Names of the flat parameters (``weight[k,j]``, then ``bias[k]``)."""
+
+    def as_data(self, x, y=None, weight=None, offset=None) -> tuple:
+        """Array-likes as tensors of the model's dtype and device."""
+
+    def check_data(self, x, y, weight=None, offset=None, fitting: bool = True) -> tuple:
+        """The one data gate: ``(x, y)`` validated for this model."""
+
+    def objective(self, x, y, weight=None, offset=None) -> torch.Tensor:
+        """``E``: weighted mean NLL plus the penalty."""
+
+    def mark_fitted(self) -> None:
+        """Record that the parameters hold a fit."""
 
 
 @dataclass
@@ -196,6 +296,26 @@ class Fitter:
         (:func:`~torchglm.solvers.fit` may request float32 for a large ``auto`` Newton
         fit and then polishes in float64)."""
         return dtype or cls.default_dtype or model.param_dtype
+
+    @classmethod
+    def stage_options(
+        cls, dtype: torch.dtype, last: bool, previous: FitResult | None, tol: float, hessian_precision: str
+    ) -> dict[str, Any]:
+        """The options of one stage of a fit in stages of rising precision
+        (:func:`~torchglm.solvers.fit`'s float32 stage and its float64 polish), beyond
+        the caller's, which they override.
+
+        Args:
+            dtype: the stage's working dtype.
+            last: whether it is the last stage (the one that decides convergence).
+            previous: the result of the stage before (``None`` for the first).
+            tol: the caller's tolerance.
+            hessian_precision: the precision asked for the lower stages' Hessian products.
+
+        Returns:
+            ``{}`` here: a fitter that knows no stages runs every stage alike.
+        """
+        return {}
 
     def start_pass(self) -> None:
         raise NotImplementedError

@@ -9,7 +9,7 @@
 Hessian ``l2 diag(P)`` (seed 003: the ``I / lambda`` added to ``X^T Y X``).
 
 The model's objective for SGD (:meth:`~torchglm.models.GeneralizedLinearModel.penalty`),
-the solvers' passes (:class:`~torchglm.solvers.derivatives.PassSums`) and the Laplace
+the solvers' passes (:class:`~torchglm.solvers.pass_sums.PassSums`) and the Laplace
 posterior all go through :class:`L2Penalty`.
 """
 

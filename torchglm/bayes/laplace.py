@@ -36,7 +36,8 @@ from .. import solvers
 from .._validation import fail
 from ..models.glm import GeneralizedLinearModel
 from ..passes import all_reduce_sum
-from ..solvers.derivatives import flat_parameters, hessian_and_gradient, penalty_mask, set_flat_parameters
+from ..solvers.layout import flat_parameters, penalty_mask, set_flat_parameters
+from ..solvers.pass_sums import hessian_and_gradient
 from ._layout import (
     GaussianDraws,
     as_batches,

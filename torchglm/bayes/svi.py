@@ -179,38 +179,8 @@ def svi_posterior(
     """
     check_model(model)
     batches = as_batches(data, model)
-    for name, v in (
-        ("num_steps", num_steps),
-        ("num_particles", num_particles),
-        ("lr", lr),
-        ("final_lr", final_lr),
-        ("elbo_draws", elbo_draws),
-    ):
-        check_positive(name, v)
-    if final_lr > lr:
-        raise fail("final_lr", f"at most lr={lr:g} (the learning rate decays)", final_lr)
-    if not 0 <= average_last < 1:
-        raise fail("average_last", "a fraction in [0, 1)", average_last)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise fail("seed", "an integer", repr(seed))
-    if prior is not None and not isinstance(prior, GaussianPrior):
-        raise fail("prior", "a GaussianPrior", type(prior).__name__)
-    p = n_weights(model) + n_bias(model)
-    if laplace is None:
-        if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
-            raise fail(
-                "laplace",
-                "a LaplacePosterior to start from when data are batches (the MAP fit needs tensors)",
-                None,
-            )
-        work = copy.deepcopy(model)
-        laplace = laplace_posterior(work, data, prior if prior is not None else GaussianPrior(1.0))
-    elif not isinstance(laplace, LaplacePosterior):
-        raise fail("laplace", "a LaplacePosterior", type(laplace).__name__)
-    elif laplace.mean.numel() != p:
-        raise fail("laplace", f"a posterior over this model's {p} coefficients", laplace.mean.numel())
-    elif prior is not None and prior != laplace.prior:
-        raise fail("prior", f"the prior of laplace ({laplace.prior})", prior)
+    _check_settings(num_steps, num_particles, lr, final_lr, average_last, elbo_draws, seed, prior)
+    laplace = _starting_laplace(model, data, prior, laplace)
     prior = laplace.prior
     m, F = laplace.mean, laplace.scale
     r = F.shape[1]
@@ -284,6 +254,48 @@ def svi_posterior(
         history=history,
         info=info,
     )
+
+
+def _check_settings(num_steps, num_particles, lr, final_lr, average_last, elbo_draws, seed, prior) -> None:
+    """:func:`svi_posterior`'s settings, each checked at the boundary."""
+    for name, v in (
+        ("num_steps", num_steps),
+        ("num_particles", num_particles),
+        ("lr", lr),
+        ("final_lr", final_lr),
+        ("elbo_draws", elbo_draws),
+    ):
+        check_positive(name, v)
+    if final_lr > lr:
+        raise fail("final_lr", f"at most lr={lr:g} (the learning rate decays)", final_lr)
+    if not 0 <= average_last < 1:
+        raise fail("average_last", "a fraction in [0, 1)", average_last)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise fail("seed", "an integer", repr(seed))
+    if prior is not None and not isinstance(prior, GaussianPrior):
+        raise fail("prior", "a GaussianPrior", type(prior).__name__)
+
+
+def _starting_laplace(model, data, prior: GaussianPrior | None, laplace) -> LaplacePosterior:
+    """The Laplace posterior SVI starts from: the given one, checked against the model
+    and ``prior``, or computed on a copy of ``model`` (``prior``, or ``GaussianPrior(1.0)``)."""
+    p = n_weights(model) + n_bias(model)
+    if laplace is None:
+        if not (isinstance(data, (tuple, list)) and isinstance(data[0], torch.Tensor)):
+            raise fail(
+                "laplace",
+                "a LaplacePosterior to start from when data are batches (the MAP fit needs tensors)",
+                None,
+            )
+        work = copy.deepcopy(model)
+        return laplace_posterior(work, data, prior if prior is not None else GaussianPrior(1.0))
+    if not isinstance(laplace, LaplacePosterior):
+        raise fail("laplace", "a LaplacePosterior", type(laplace).__name__)
+    if laplace.mean.numel() != p:
+        raise fail("laplace", f"a posterior over this model's {p} coefficients", laplace.mean.numel())
+    if prior is not None and prior != laplace.prior:
+        raise fail("prior", f"the prior of laplace ({laplace.prior})", prior)
+    return laplace
 
 
 def _elbo(log_joint, mu: torch.Tensor, L: torch.Tensor, draws: int, seed: int, chunk: int = 500):

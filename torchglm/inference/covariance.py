@@ -11,7 +11,8 @@ import torch
 from scipy import stats
 
 from .._validation import warn
-from ..solvers.derivatives import eta_derivatives, flat_parameters
+from ..solvers.eta_derivatives import eta_derivatives
+from ..solvers.layout import flat_parameters
 from ..solvers.least_squares import Triangle, equilibrated_svd, penalty_rows
 
 __all__ = ["Identifiability", "identifiability", "identifiability_of_factor", "information_factor"]

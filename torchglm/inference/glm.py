@@ -12,7 +12,8 @@ import torch
 from .._validation import as_tensor, fail, feature_names_of
 from ..data.batches import Batch, TensorBatches
 from ..passes import FitResult
-from ..solvers.derivatives import flat_parameters, hessian_and_gradient
+from ..solvers.layout import flat_parameters
+from ..solvers.pass_sums import hessian_and_gradient
 from .covariance import (
     Identifiability,
     _diverging_direction,

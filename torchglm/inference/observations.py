@@ -21,7 +21,7 @@ import torch
 
 from .._validation import fail
 from ..passes import all_reduce_sum
-from ..solvers.derivatives import eta_derivatives
+from ..solvers.eta_derivatives import eta_derivatives
 
 #: the covariance types of :func:`robust_covariance` (statsmodels' ``cov_type`` names;
 #: R's ``sandwich::vcovHC(type=...)`` and ``sandwich::vcovCL``)

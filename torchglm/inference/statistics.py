@@ -16,7 +16,7 @@ from ..data.batches import Batch
 from ..models.glm import GeneralizedLinearModel
 from ..passes import all_reduce_sum, run_passes
 from ..solvers.api import make_fitter
-from ..solvers.derivatives import flat_parameters, set_flat_parameters
+from ..solvers.layout import flat_parameters, set_flat_parameters
 
 
 def _features(model, feature_names) -> list[str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ._fitted import FittedFlag
@@ -36,48 +35,17 @@ from .._validation import (
 )
 from ..families import Family, get_family
 from ..links import Link
+from ..passes import linear_predictor
 from ..penalty import L2Penalty
+from ..solvers import fit as _fit
+from ..solvers import make_fitter as _make_fitter
 
 __all__ = [
-    "linear_predictor",
     "GeneralizedLinearModel",
     "LogisticRegression",
     "ProbitRegression",
     "SoftmaxRegression",
 ]
-
-
-def linear_predictor(
-    x: torch.Tensor,
-    weight: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    offset: torch.Tensor | None = None,
-    multi_output: bool = False,
-) -> torch.Tensor:
-    """``eta = x W^T + b + offset`` (seed 000, "Generalized linear models"): the one
-    place the linear predictor is written.
-
-    Args:
-        x: features (n, d).
-        weight: ``W`` (K, d), or a stack (S, K, d) (e.g. posterior draws).
-        bias: ``b`` (K,) or (S, K); ``None`` without intercept.
-        offset: a known term (n,) added to every output's eta.
-        multi_output: keep the output axis (softmax); otherwise it is squeezed.
-
-    Returns:
-        (n,) or (n, K) for one ``W``; (S, n) or (S, n, K) for a stack.
-    """
-    if weight.dim() == 2:
-        eta = F.linear(x, weight, bias)
-    else:
-        eta = torch.einsum("nd,...kd->...nk", x, weight)
-        if bias is not None:
-            eta = eta + bias.unsqueeze(-2)
-    if not multi_output:
-        eta = eta.squeeze(-1)
-    if offset is not None:
-        eta = eta + (offset.unsqueeze(-1) if multi_output else offset)
-    return eta
 
 
 class GeneralizedLinearModel(FittedFlag, nn.Module):
@@ -198,7 +166,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         self, theta: torch.Tensor, x: torch.Tensor, offset: torch.Tensor | None = None
     ) -> torch.Tensor:
         """``eta = x W^T + b + offset`` at flat parameters ``theta`` (p,) or a stack (S, p)
-        (:func:`linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack.
+        (:func:`~torchglm.passes.linear_predictor`); (n,)/(n, K), or (S, n)/(S, n, K) for a stack.
         Computed in the wider of ``theta``'s and ``x``'s dtypes (float32 data under a
         float64 posterior are promoted, never the posterior cast down)."""
         dt = torch.promote_types(theta.dtype, x.dtype)
@@ -405,8 +373,6 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """A pass-based :class:`~torchglm.passes.Fitter` for this model; see
         :func:`torchglm.solvers.make_fitter`. Every model class has this method, so the
         Lightning task and ``fit`` never branch on the model type."""
-        from ..solvers import make_fitter as _make_fitter
-
         return _make_fitter(self, solver, **options)
 
     def fit(self, x, y, weight=None, offset=None, solver: str = "auto", **options):
@@ -421,8 +387,6 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
                 labels holding a single class (named in the message), as in
                 scikit-learn: the unpenalized intercept would diverge.
         """
-        from ..solvers import fit as _fit
-
         return _fit(self, x, y, weight=weight, offset=offset, solver=solver, **options)
 
     def extra_repr(self) -> str:

@@ -9,7 +9,8 @@ identity link) and ``auto`` (see ``docs/solvers.md``).
 """
 
 from .api import choose_solver, fit, make_fitter
-from .derivatives import flat_parameters, hessian_and_gradient, parameter_names, set_flat_parameters
+from .layout import flat_parameters, parameter_names, set_flat_parameters
+from .pass_sums import hessian_and_gradient
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
 from .registry import DIRECT_SOLVERS, SOLVERS

@@ -14,13 +14,13 @@ import inspect
 import torch
 
 from .._validation import NumericalWarning, fail, feature_names_of, warn
+from ..passes import FitResult, Fitter, LinearModel, run_passes
 from ..data.batches import TensorBatches
-from ..passes import FitResult, Fitter, run_passes
-from .derivatives import hessian_cost
-from .stepper import NEWTON_MAX_COST, StepFitter
-from .newton import NewtonFitter
+from .layout import hessian_cost
+from .finish import NEWTON_MAX_COST
+from .stepper import StepFitter
 from .registry import DIRECT_SOLVERS, SOLVERS
-from . import gradient, least_squares  # noqa: F401 - their fitter classes register themselves
+from . import gradient, least_squares, newton  # noqa: F401 - their fitter classes register themselves
 
 __all__ = ["make_fitter", "fit", "choose_solver"]
 
@@ -37,7 +37,7 @@ def _solver_class(name: str, given: str) -> type[Fitter]:
 AUTO_FLOAT32_MIN_FLOPS = 5e7
 
 
-def choose_solver(model, n_samples: int | None = None) -> str:
+def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     """The solver ``auto`` picks from the model's shape.
 
     The Gaussian family with its identity link is least squares: ``qr``
@@ -47,7 +47,7 @@ def choose_solver(model, n_samples: int | None = None) -> str:
     Hessian (dense matrix products, fast per flop) plus ``(K d~)^3 / 3`` for the
     Cholesky factor; a quasi-Newton iteration costs about ``2 n K d~``
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
-    ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.stepper.NEWTON_MAX_COST`, 128:
+    ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.finish.NEWTON_MAX_COST`, 128:
     binary problems with up to 127 features, softmax with K = 3 and up to 20
     features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification.
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
@@ -71,7 +71,7 @@ def _check_options(name: str, cls: type, options: dict) -> None:
         raise fail(f"options of solver '{name}'", f"names among {sorted(allowed)}", unknown)
 
 
-def make_fitter(model, solver: str = "auto", **options) -> Fitter:
+def make_fitter(model: LinearModel, solver: str = "auto", **options) -> Fitter:
     """A pass-based fitter for ``model``.
 
     Args:
@@ -92,7 +92,7 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
 
 
 def fit(
-    model,
+    model: LinearModel,
     x: torch.Tensor,
     y: torch.Tensor,
     weight: torch.Tensor | None = None,
@@ -161,7 +161,7 @@ def fit(
     x, y = model.check_data(x, y, weight, offset)
     if x.layout == torch.sparse_coo:
         # Once, here: CSR row slices are views, and a pass's products run on CSR
-        # (derivatives.SparseRows); a COO design was gathered and converted every pass.
+        # (sparse_rows.SparseRows); a COO design was gathered and converted every pass.
         x = x.to_sparse_csr()
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
     if solver == "auto" and name == "qr" and x.layout != torch.strided:
@@ -186,27 +186,9 @@ def fit(
     tol = options.get("tol", inspect.signature(StepFitter.__init__).parameters["tol"].default)
     result = None
     for dt in stages:
-        extra = {}
-        if (
-            result is not None
-            and result.extra.hessian is not None
-            and issubclass(cls, NewtonFitter)
-            and hessian_precision == "highest"
-        ):
-            # The float64 polish reuses the float32 Hessian: its passes sum only E and g.
-            # (Not a TF32/bf16 one: its decrement would carry that Hessian's error.)
-            extra["fixed_hessian"] = result.extra.hessian
-        stage_options = dict(options)
-        if dt != stages[-1] and issubclass(cls, NewtonFitter):
-            # A lower-precision stage followed by the float64 polish stops at its own
-            # resolution, lambda^2 <= 10 eps(dt) max(1, |E|): its E rounds at eps(dt), so a
-            # tighter test there only adds Hessian passes; the polish (gradient passes with
-            # this stage's Hessian) then meets the caller's tolerance in float64.
-            stage_options["tol"] = max(tol, 10 * torch.finfo(dt).eps)
-        if dt != stages[-1] and issubclass(cls, StepFitter):
-            stage_options["handoff"] = True  # the polish verifies the stage's last step
-            stage_options["hessian_precision"] = hessian_precision
-        fitter = cls(model, max_iter=max_iter, dtype=dt, **stage_options, **extra)
+        # The solver declares what its stages of lower precision and its polish take.
+        declared = cls.stage_options(dt, dt == stages[-1], result, tol, hessian_precision)
+        fitter = cls(model, max_iter=max_iter, dtype=dt, **{**options, **declared})
         xs = x.to(dt)
         ys = y.to(dt) if y.is_floating_point() else y
         ws = None if weight is None else weight.to(dt)
@@ -227,7 +209,7 @@ def fit(
     return result
 
 
-def _check_rounding(model, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:
+def _check_rounding(model: LinearModel, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:
     """The parameters hold the fit's optimum rounded to their narrower dtype: evaluate
     ``E`` there in the fit's ``dtype``. On columns equal up to float32 rounding the
     float64 optimum has coefficients of +-1e6, and rounded to float32 it was 4e-5

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .._validation import check_positive, fail
-from .derivatives import PassSums
+from .pass_sums import PassSums
 from .linalg import jacobi_inverse
 from .registry import register_solver
 from .stepper import StepFitter
@@ -149,15 +149,15 @@ class LBFGSFitter(StepFitter):
         return {
             **super().state_dict(),
             "pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
-            "finishing": self.finishing,
-            "finish_from": self.finish_from,
+            "finishing": self.finish.active,
+            "finish_from": self.finish.start_iter,
         }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         device = self.theta.device
         self.pairs = [tuple(t.to(device, self.dtype) for t in p) for p in state["pairs"]]
-        self.finishing, self.finish_from = state["finishing"], state["finish_from"]
+        self.finish.active, self.finish.start_iter = state["finishing"], state["finish_from"]
 
     def on_accept(self, s: PassSums, step: float) -> None:
         if self.base is None or step == 0:

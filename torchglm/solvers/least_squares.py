@@ -31,7 +31,8 @@ import torch.distributed as dist
 from .._validation import NumericalWarning, fail, warn
 from ..distributed import rank_and_world
 from ..passes import FitResult, Fitter, all_reduce_sum
-from .derivatives import PassSums, flat_parameters, penalty_mask, set_flat_parameters
+from .layout import flat_parameters, penalty_mask, set_flat_parameters
+from .pass_sums import PassSums
 from .registry import register_direct_solver
 
 __all__ = ["QRFitter", "Triangle", "equilibrated_svd", "penalty_rows"]
@@ -74,7 +75,7 @@ class Triangle:
 
 def penalty_rows(model, weight_sum: torch.Tensor, dtype: torch.dtype, device) -> torch.Tensor:
     """The rows ``sqrt(l2 S) e_j`` on the penalized weights (columns in the flat order
-    ``[W, b]`` of :mod:`.derivatives`): stacked under the rows ``sqrt(s_i) [x_i, 1]``,
+    ``[W, b]`` of :mod:`.layout`): stacked under the rows ``sqrt(s_i) [x_i, 1]``,
     their Gram matrix gains ``l2 S`` on the weights, the curvature of ``(l2/2)||W||^2``
     after the data term is divided by ``S``."""
     mask = penalty_mask(model, dtype=dtype, device=device)

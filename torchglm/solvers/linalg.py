@@ -124,7 +124,7 @@ def shift_null_projector(
         unpenalized: bool (d + has_bias,) mask of columns without penalty.
 
     Returns:
-        ``N`` of shape (p, p) in the flat order of :mod:`.derivatives`.
+        ``N`` of shape (p, p) in the flat order of :mod:`.layout`.
     """
     cols = torch.nonzero(unpenalized).flatten().tolist()
     p = m * d + (m if has_bias else 0)

@@ -5,7 +5,7 @@ then share the line search and stopping rules of :mod:`.stepper`:
 
 * ``newton``: ``A = H``, the exact Hessian (seed 000, "Newton-Raphson and
   logistic regression": ``w <- w - (X~^T Y X~)^{-1} X~^T (y - t)``; seed 003 adds
-  ``I / lambda``), assembled per pass by :class:`.derivatives.PassSums`.
+  ``I / lambda``), assembled per pass by :class:`.pass_sums.PassSums`.
 * ``irls``: ``A = X~^T Psi X~ / S + l2 P``, the expected information with
   weights ``psi_i = (dmu/deta)^2 / V(mu)`` (``y_i (1 - y_i)`` for the logit).
   This is seed 000's weighted least squares: with the working response
@@ -38,7 +38,8 @@ from __future__ import annotations
 import torch
 
 from .._validation import fail
-from .derivatives import PassSums
+from ..passes import FitResult
+from .pass_sums import PassSums
 from .registry import register_solver
 from .stepper import StepFitter
 
@@ -95,6 +96,24 @@ class NewtonFitter(_SecondOrder):
             # Passes then sum only loss and gradient; every step uses this matrix.
             self.fixed_hessian = fixed_hessian.to(self.theta)
             self.curvature = None
+
+    @classmethod
+    def stage_options(
+        cls, dtype: torch.dtype, last: bool, previous: FitResult | None, tol: float, hessian_precision: str
+    ) -> dict:
+        """:meth:`StepFitter.stage_options`, and: a stage followed by the float64 polish
+        stops at its own resolution, ``lambda^2 <= 10 eps(dtype) max(1, |E|)`` (its
+        ``E`` rounds at ``eps(dtype)``, so a tighter test there only adds Hessian
+        passes; the polish, gradient passes with this stage's Hessian, then meets the
+        caller's tolerance in float64); the polish reuses the stage's last Hessian as
+        its ``fixed_hessian``, so its passes sum only ``E`` and ``g`` (not a TF32/bf16
+        one: its decrement would carry that Hessian's error)."""
+        options = super().stage_options(dtype, last, previous, tol, hessian_precision)
+        if previous is not None and previous.extra.hessian is not None and hessian_precision == "highest":
+            options["fixed_hessian"] = previous.extra.hessian
+        if not last:
+            options["tol"] = max(tol, 10 * torch.finfo(dtype).eps)
+        return options
 
     def direction(self, s: PassSums):
         return self.newton_step(s, s.hess if self.fixed_hessian is None else self.fixed_hessian)

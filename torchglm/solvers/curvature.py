@@ -1,0 +1,104 @@
+"""The curvature of one batch on the eta scale, and the Hessian blocks it adds.
+
+The Hessian of ``E`` is ``X~^T diag(h) X~ / S`` with per-sample curvature ``h``
+(:mod:`.eta_derivatives`): one scalar per sample, or a ``K x K`` block for the
+softmax. A dense design adds it as one matrix product ``x^T [h_kl x]`` over every
+class pair ``k <= l`` per row chunk (:mod:`.products`), a sparse one as
+sparse-sparse products; Newton-CG keeps ``h`` itself (:class:`Curvature`) for its
+Hessian-vector products.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import products
+
+__all__ = ["Curvature", "add_hessian", "add_hessian_sparse", "scale_rows"]
+
+
+class Curvature:
+    """The eta-curvature of one batch: ``h`` (n,) per sample, ``K x K`` blocks
+    (n, K, K), or for the canonical softmax (``probs``) the means ``mu`` (n, K) and
+    sample weights ``s``, ``H_i = s_i (diag(mu_i) - mu_i mu_i^T)`` (O(nK), not O(nK^2))."""
+
+    def __init__(self, d2: torch.Tensor, weight: torch.Tensor | None = None, probs: bool = False):
+        self.d2, self.weight, self.probs = d2, weight, probs
+
+    def diagonal(self) -> torch.Tensor:
+        """``H_i[k, k]``, shape (n, m)."""
+        d2 = self.d2
+        if self.probs:
+            h = d2 * (1 - d2)
+            return h if self.weight is None else scale_rows(h, self.weight)
+        return d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
+
+    def apply(self, u: torch.Tensor) -> torch.Tensor:
+        """``H_i u_i`` for ``u`` of shape (n, m)."""
+        d2 = self.d2
+        if self.probs:
+            hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
+            return hu if self.weight is None else scale_rows(hu, self.weight)
+        return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+
+def scale_rows(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """``t`` with row ``i`` multiplied by ``s_i`` (any trailing shape)."""
+    return t * s.view(-1, *([1] * (t.dim() - 1)))
+
+
+def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool, precision: str) -> None:
+    """``X~^T diag(h_kl) X~`` for every class pair ``k <= l`` (``h`` symmetric):
+    per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once."""
+    md = m * d
+    pairs = torch.triu_indices(m, m, device=x.device)  # (2, P), k <= l
+    P = pairs.shape[1]
+    hp = d2.unsqueeze(-1) if d2.dim() == 1 else d2[:, pairs[0], pairs[1]]  # (n, P)
+    B = torch.zeros(d, P * d, dtype=x.dtype, device=x.device)
+    rows = products.chunk_rows(x, P * d)
+    for i in range(0, x.shape[0], rows):
+        xc, hc = x[i : i + rows], hp[i : i + rows]
+        hx = (xc.unsqueeze(1) * hc.unsqueeze(-1)).reshape(xc.shape[0], P * d)
+        products.add_product(B, xc.T, hx, precision)
+    # Into the flat order [W.reshape(-1), b]: H[(k, i), (l, j)] = B_kl[i, j].
+    B = B.view(d, P, d).permute(1, 0, 2)  # (P, d, d)
+    full = torch.zeros(m, m, d, d, dtype=x.dtype, device=x.device)
+    full[pairs[0], pairs[1]] = B
+    full[pairs[1], pairs[0]] = B.transpose(1, 2)
+    H[:md, :md] += full.permute(0, 2, 1, 3).reshape(md, md)
+    if has_bias:
+        cross = torch.zeros(m, m, d, dtype=x.dtype, device=x.device)
+        Bb = products.rt_x(hp, x)  # (P, d): sum_i h_kl,i x_i
+        cross[pairs[0], pairs[1]] = Bb
+        cross[pairs[1], pairs[0]] = Bb
+        H[:md, md:] += cross.permute(0, 2, 1).reshape(md, m)
+        H[md:, :md] += cross.permute(1, 0, 2).reshape(m, md)
+        corner = torch.zeros(m, m, dtype=x.dtype, device=x.device)
+        hs = hp.sum(0)
+        corner[pairs[0], pairs[1]] = hs
+        corner[pairs[1], pairs[0]] = hs
+        H[md:, md:] += corner
+
+
+def add_hessian_sparse(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool) -> None:
+    """``X^T diag(h_kl) X`` for a sparse COO ``x``: a sparse-sparse product per class
+    pair, densified only as the (d x d) Hessian block (never the n x d design)."""
+    md = m * d
+    blocks = d2.view(-1, 1, 1) if d2.dim() == 1 else d2
+    x = x.coo
+    xt = x.t()
+    for k in range(m):
+        for l in range(k, m):
+            h = blocks[:, k, l]
+            xh = x * h.unsqueeze(-1)
+            xx = torch.sparse.mm(xt, xh).to_dense()
+            H[k * d : (k + 1) * d, l * d : (l + 1) * d] += xx
+            if l != k:
+                H[l * d : (l + 1) * d, k * d : (k + 1) * d] += xx.T
+            if has_bias:
+                xh_sum = torch.sparse.sum(xh, 0).to_dense()
+                hs = h.sum()
+                for a, b in ((k, l), (l, k)) if l != k else ((k, l),):
+                    H[a * d : (a + 1) * d, md + b] += xh_sum
+                    H[md + b, a * d : (a + 1) * d] += xh_sum
+                    H[md + a, md + b] += hs

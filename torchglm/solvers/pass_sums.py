@@ -1,0 +1,307 @@
+"""One pass of sums: loss, gradient and curvature of a GLM over batches.
+
+``E``, ``grad E`` and ``hess E`` are sums over the samples of the per-sample
+derivatives on the eta scale (:mod:`.eta_derivatives`, which gives the chain
+rule) times products with the augmented design ``x~_i = [x_i, 1]``
+(:mod:`.products`); a pass adds them batch by batch and all-reduces them once.
+Flat vectors and matrices follow :mod:`.layout`'s parameter order.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from ..data.batches import Batch
+from ..passes import LinearModel, all_reduce_sum, linear_predictor
+from ..penalty import L2Penalty
+from .eta_derivatives import eta_derivatives
+from .layout import flat_parameters, penalty_mask
+from . import products
+from .curvature import Curvature, add_hessian, add_hessian_sparse, scale_rows
+from .sparse_rows import SparseRows
+
+__all__ = ["PassSums", "hessian_and_gradient"]
+
+
+class PassSums:
+    """Sums of loss, gradient and curvature over the batches of one pass.
+
+    ``add(batch)`` evaluates the model at the flat parameters ``theta`` on one
+    batch and adds its sums; ``finish()`` all-reduces them (when
+    ``torch.distributed`` is initialized), divides by the total sample weight
+    and adds the penalty. After ``finish``: ``loss``, ``grad``, and ``hess``
+    (``curvature="full"`` or ``"expected"``), ``diag`` (``"diag"``), or ``diag``
+    and the stored per-batch curvature for :meth:`hvp` (``"hvp"``); ``n_invalid`` counts samples
+    whose eta left the link's domain (plus one when the summed loss is not
+    finite), and
+    ``n_saturated`` samples whose loss is below ``saturation`` (fitted
+    probability numerically 0 or 1: a sign of separation), ``n_samples`` the
+    rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of
+    the targets (when asked): a scalar, or for the categorical family the weight of
+    each class, shape (K,).
+
+    Args:
+        model: a ``GeneralizedLinearModel`` (family, layout, ``l2``).
+        theta: flat parameters (see the module docstring for the order).
+        curvature: ``None``, ``"full"``, ``"expected"``, ``"diag"`` or ``"hvp"``.
+        saturation: per-sample loss below which a sample counts as saturated
+            (0 skips the count).
+        y_sum: also sum the (weighted) targets (for an intercept-only start; the class
+            weights show a declared class without samples).
+        targets_only: sum only the weights, the row counts and the targets, never
+            reading the features (the start pass of a fit from ``theta = 0``, which
+            only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
+        sparse_cache: a dict that outlives the pass (the fitter's), where a sparse
+            batch keeps its transposed CSR between passes (:class:`SparseRows`).
+        hessian_precision: the precision of the products ``X~^T [h X~]`` of a dense
+            Hessian (:data:`HESSIAN_PRECISIONS`); everything else is summed in
+            ``theta``'s dtype.
+    """
+
+    def __init__(
+        self,
+        model: LinearModel,
+        theta: torch.Tensor,
+        curvature: str | None = "full",
+        saturation: float = 0.0,
+        y_sum: bool = False,
+        targets_only: bool = False,
+        sparse_cache: dict | None = None,
+        hessian_precision: str = "highest",
+    ):
+        self.family = model.family
+        self.hessian_precision = hessian_precision
+        self.sparse_cache = sparse_cache
+        self.penalty = L2Penalty(model.l2)
+        m, d = model.n_outputs, model.n_features
+        self.m, self.d = m, d
+        self.has_bias = model.has_intercept
+        self.scalar = not model.family.multi_output
+        self.theta = theta
+        self.W = theta[: m * d].view(m, d)
+        self.b = theta[m * d :] if self.has_bias else None
+        self.curvature = curvature
+        # For a canonical link d2l/deta2 = (dmu/deta)^2 / V(mu) exactly (observed =
+        # expected information), so the closed form replaces a second autodiff pass.
+        self.expected = curvature == "expected" or (self.scalar and model.family.is_canonical)
+        self.saturation = saturation
+        # Only links that restrict eta (inverse, negative reciprocal) need the mask;
+        # a non-finite loss anywhere shows in the summed loss.
+        self.restricted = model.family.link.restricts_eta
+        p = theta.numel()
+        opts = dict(dtype=theta.dtype, device=theta.device)
+        self.p = p
+        self.loss_sum = torch.zeros((), **opts)
+        self.weight_sum = torch.zeros((), **opts)
+        self.counts = torch.zeros(4, **opts)  # n_invalid, n_saturated, n_samples, n_offset
+        self.want_y_sum = y_sum or targets_only
+        self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
+        self.targets_only = targets_only
+        if targets_only:
+            curvature = self.curvature = None
+        self.grad = torch.zeros(p, **opts)
+        self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
+        self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
+        self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.mask = penalty_mask(model, **opts)
+
+    def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+        # One value of the offset per sample, added to every output's eta, in the
+        # pass's dtype (a float32 batch's offset under a float64 fit).
+        offset = None if offset is None else offset.to(self.theta.dtype)
+        return linear_predictor(x, self.W, self.b, offset, not self.scalar)
+
+    def add(self, batch: Batch) -> None:
+        if self.targets_only:
+            return self._add_targets(batch.y, batch.offset, batch.weight)
+        if batch.x.layout != torch.strided:
+            # Sparse counts (bag of words) stay sparse, in CSR with a cached CSR of x^T.
+            x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
+        else:
+            x = batch.x.to(self.theta.dtype)
+        rows = products.fused_rows(x)
+        if rows is None:
+            return self._add(x, batch.y, batch.offset, batch.weight)
+        # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
+        # x (gradient, diagonal, kept curvature for hvp) then read each slab from cache,
+        # not the whole design twice from memory.
+        for i in range(0, x.shape[0], rows):
+            j = i + rows
+            self._add(
+                x[i:j],
+                batch.y[i:j],
+                None if batch.offset is None else batch.offset[i:j],
+                None if batch.weight is None else batch.weight[i:j],
+            )
+        return None
+
+    def _add_targets(self, y, offset, s) -> None:
+        """Weight sum, row counts and (asked for) weighted target sum of one batch."""
+        n = y.shape[0]
+        self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
+        self.counts[2] += n
+        if offset is not None:
+            self.counts[3] += n
+        if self.want_y_sum and self.scalar:
+            yt = y.to(self.theta.dtype)
+            self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
+        elif self.want_y_sum:
+            # The one-hot targets summed: the weight of each class.
+            w = torch.ones_like(y, dtype=self.theta.dtype) if s is None else s.to(self.theta.dtype)
+            self.y_sum.index_add_(0, y.long(), w)
+
+    def _add(self, x, y, offset, s) -> None:
+        eta = self.eta(x, offset)
+        # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
+        # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
+        probs = not self.scalar and self.family.is_canonical and self.curvature in ("diag", "hvp")
+        if self.curvature is None or probs:
+            nll, d1 = eta_derivatives(self.family, eta, y, order=1)
+            d2 = self.family.mean(eta) if probs else None
+        else:
+            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)
+        # The weight sum, row counts and target sum: the targets-only pass's sums.
+        self._add_targets(y, offset, s)
+        if s is not None:
+            s = s.to(eta.dtype)
+        if self.restricted:
+            # The family knows its mean's domain (a Gaussian mean may be negative
+            # under the inverse link; a binomial mean must stay below 1 under log).
+            valid = self.family.valid_eta(eta)
+            self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
+        if self.saturation > 0:
+            self.counts[1] += (nll < self.saturation).sum()
+        if s is not None:
+            nll, d1 = s * nll, scale_rows(d1, s)
+            if d2 is not None and not probs:
+                d2 = scale_rows(d2, s)
+        self.loss_sum += nll.sum()
+        r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
+        m, d = self.m, self.d
+        self.grad[: m * d] += products.rt_x(r, x).reshape(-1)
+        if self.has_bias:
+            self.grad[m * d :] += r.sum(0)
+        if d2 is None:
+            return
+        if self.hess is not None and x.is_sparse:
+            add_hessian_sparse(self.hess, x, d2, self.m, self.d, self.has_bias)
+        elif self.hess is not None:
+            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
+        else:
+            curv = Curvature(d2, s if probs else None, probs)
+            self._add_diag(x, curv)
+            if self.curvature == "hvp":
+                self.stored.append((x, curv))
+
+    def _add_diag(self, x, curv: Curvature):
+        m, d = self.m, self.d
+        h = curv.diagonal()  # (n, m)
+        self.diag[: m * d] += products.rt_x(h, x, square=True).reshape(-1)
+        if self.has_bias:
+            self.diag[m * d :] += h.sum(0)
+
+    def finish(self) -> "PassSums":
+        """All-reduce, normalize by the total weight and add the penalty."""
+        sums = [self.loss_sum, self.weight_sum, self.counts, self.y_sum, self.grad]
+        if self.hess is not None:
+            sums.append(self.hess)
+        if self.diag is not None:
+            sums.append(self.diag)
+        all_reduce_sum(*sums)
+        S = self.weight_sum
+        # A finite loss with an overflowed gradient or Hessian (huge features, exp(eta)
+        # times x^2) is no usable point either: counted as one invalid sample, so a trial
+        # there is rejected like one outside the link's domain. One host read per pass.
+        finite = torch.isfinite(self.loss_sum) & torch.isfinite(self.grad).all()
+        for t in (self.hess, self.diag):
+            if t is not None:
+                finite = finite & torch.isfinite(t).all()
+        no_loss = ~torch.isfinite(self.loss_sum)
+        invalid, saturated, n, n_offset, overflow, infinite = torch.cat(
+            [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
+        ).tolist()
+        self.n_invalid = int(invalid) + int(overflow)
+        # A point without a likelihood (eta outside the link's domain, or a target of zero
+        # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
+        self.no_likelihood = invalid > 0 or infinite > 0
+        self.n_saturated = int(saturated)
+        self.n_samples = int(n)
+        self.n_offset = int(n_offset)
+        w, pen = self.theta * self.mask, self.penalty
+        self.loss = self.loss_sum / S + pen.value(w)
+        self.grad = self.grad / S + pen.grad(w)
+        if self.hess is not None:
+            self.hess = self.hess / S + torch.diag(pen.curvature(self.mask))
+        if self.diag is not None:
+            self.diag = self.diag / S + pen.curvature(self.mask)
+        return self
+
+    def hvp(self, v: torch.Tensor) -> torch.Tensor:
+        """Hessian-vector product ``H v`` from the stored per-batch curvature.
+
+        ``H v = X~^T (h * (X~ V)) / S + l2 mask * v``: the forward (``jvp``) and
+        backward (``vjp``) products of the linear map around the per-sample
+        curvature from :func:`eta_derivatives`; ``H`` is never formed. Every
+        process calls it the same number of times (one all-reduce each).
+        """
+        m, d = self.m, self.d
+        V = v[: m * d].view(m, d)
+        c = v[m * d :] if self.has_bias else None
+        out = torch.zeros_like(v)
+        for x, curv in self.stored:
+            u = x @ V.T  # (n, m): the directional change of eta
+            if c is not None:
+                u = u + c
+            hu = curv.apply(u)
+            out[: m * d] += products.rt_x(hu, x).reshape(-1)
+            if c is not None:
+                out[m * d :] += hu.sum(0)
+        all_reduce_sum(out)
+        return out / self.weight_sum + self.penalty.curvature(self.mask) * v
+
+
+def hessian_and_gradient(
+    model: LinearModel, batches: Iterable[Batch], expected: bool = False, dtype: torch.dtype = torch.float64
+):
+    """Objective, gradient and Hessian at the model's current parameters.
+
+    Sums over ``batches`` (all-reduced across processes when ``torch.distributed``
+    is initialized) of the penalized objective ``E`` of the model (mean NLL +
+    ``(l2/2)||W||^2``), its gradient and its Hessian (seed 003: at the MAP
+    estimate, the Hessian is the precision of the Laplace posterior; its
+    inverse, the asymptotic covariance of the estimate, divided by ``sum_i s_i``).
+
+    Parameter order: ``[W.reshape(-1), b]``, i.e. ``weight[k, j]`` at index
+    ``k * n_features + j``, then ``bias[k]`` at ``n_outputs * n_features + k``
+    (see :func:`parameter_names`).
+
+    Args:
+        model: a fitted or unfitted ``GeneralizedLinearModel``.
+        batches: iterable of :class:`~torchglm.data.batches.Batch` (e.g.
+            ``TensorBatches(x, y)``); targets in the dtype ``family.check_target`` gives.
+        expected: return the expected (Fisher) information instead of the
+            observed Hessian (they coincide for canonical links).
+        dtype: computation dtype (float64 by default).
+
+    Returns:
+        ``(loss, grad, H)``: a 0-d tensor, shape (p,) and (p, p), where
+        ``p = n_outputs * (n_features + fit_intercept)``. All are scaled like the
+        objective (divided by the total sample weight); multiply ``H`` by
+        ``sum_i s_i`` for the Hessian of the summed negative log-likelihood.
+
+    Example:
+        >>> from torchglm.data import TensorBatches
+        >>> x = torch.randn(200, 3); y = (x[:, 0] + torch.randn(200) > 0).float()
+        >>> m = LogisticRegression(3, l2=0.1)
+        >>> loss, g, H = hessian_and_gradient(m, TensorBatches(x, y))
+        >>> g.shape, H.shape, H.dtype
+        (torch.Size([4]), torch.Size([4, 4]), torch.float64)
+    """
+    theta = flat_parameters(model, dtype).to(model.param_device)
+    sums = PassSums(model, theta, "expected" if expected else "full")
+    for batch in batches:
+        sums.add(batch)
+    sums.finish()
+    return sums.loss, sums.grad, sums.hess

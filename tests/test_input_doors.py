@@ -171,7 +171,7 @@ MODELS = {
 #: case: (model, defect, where it applies: "fit" (data to fit) or "predict" (rows to predict))
 BAD = {
     "negative_count": ("poisson", "fit"),
-    "fractional_count": ("multinomial_nb", "fit"),
+    "negative_count_feature": ("multinomial_nb", "fit"),
     "fractional_label": ("bernoulli", "fit"),
     "nan_feature": ("bernoulli", "fit"),
     "inf_feature": ("poisson", "fit"),
@@ -182,7 +182,7 @@ BAD = {
     "negative_weight": ("bernoulli", "fit"),
     "nan_feature_to_predict": ("bernoulli", "predict"),
     "inf_feature_to_predict": ("poisson", "predict"),
-    "fractional_count_to_predict": ("multinomial_nb", "predict"),
+    "negative_count_feature_to_predict": ("multinomial_nb", "predict"),
     "wrong_width_to_predict": ("bernoulli", "predict"),
 }
 
@@ -211,8 +211,9 @@ def _bad(case: str):
         x[9, 2] = np.nan
     elif case.startswith("inf_feature"):
         x[4, 1] = -np.inf
-    elif case.startswith("fractional_count"):
-        x[6, 0] = 1.5
+    elif case.startswith("negative_count_feature"):
+        # a count model's features are counts or weights such as tf-idf: >= 0
+        x[6, 0] = -1.5
     elif case.startswith("wrong_width"):
         x = np.hstack([x, x[:, :1]])
     elif case == "negative_count":
@@ -313,6 +314,10 @@ NOT_APPLICABLE = {
     ("label_outside", "sklearn_fit"): "the scikit-learn classifiers encode any labels",
     ("fractional_label", "sklearn_fit"): "scikit-learn reads 0.5 as a label of its own (a third class)",
     ("empty_declared_class", "sklearn_fit"): "scikit-learn's classes are the labels seen",
+    ("negative_count_feature", "sklearn_fit"): (
+        "scikit-learn's message for negative counts (its check_estimator requires "
+        "'Negative values in data passed to MultinomialNB')"
+    ),
     ("wrong_width_to_predict", "predict_cli"): (
         "the CLI reads a file: a width error is the file's layout (the message names the file "
         "and how its columns are matched: by name, or by position without a header)"

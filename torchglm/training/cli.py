@@ -306,6 +306,14 @@ def run(cli: GLMCLI) -> dict[str, Any]:
                 "0 (nothing to fit)",
             )
     _infer_n_classes(task, dm)
+    dm.setup("fit")
+    if dm.streamed and (task.solver == "sgd" or task.basis is not None):
+        raise fail(
+            "data.memory_budget",
+            f"a pass-based solver without a basis for a file streamed from disk ('{dm.source}' is "
+            f"larger than the budget of {dm.memory_budget} bytes), or a budget above the file's size",
+            f"solver '{task.solver}'" + (" with a basis" if task.basis is not None else ""),
+        )
     task.build(dm)
     task.fingerprint = {"config": _config_fingerprint(cli.config), "data": dm.fingerprint()}
     resume = cli.config.get("resume")

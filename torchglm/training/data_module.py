@@ -31,6 +31,7 @@ from .._validation import (
 from ..families import Family, get_family
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
+from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, parse_size
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
 from .features import FeatureSpec, numeric_column, standardization, standardize
@@ -87,6 +88,14 @@ class GLMDataModule(pl.LightningDataModule):
             of a Poisson rate); built-in datasets bring their own.
         categorical: a table's categorical columns, one-hot encoded (treatment
             contrasts, the first sorted level the reference; :class:`~.features.FeatureSpec`).
+        memory_budget: bytes (or a size such as ``"2GB"``): a plain 2-D ``.npy``
+            file larger than this is not loaded but streamed (:mod:`torchglm.data.out_of_core`):
+            the targets and the split's row indices stay in memory, each pass reads
+            the features ``batch_size`` rows at a time (default 65,536), so memory
+            stays at about one batch. For the pass-based solvers (``sgd`` needs
+            shuffled in-memory rows) and models without a basis. Other files are
+            always loaded (the in-memory path holds about three float64 copies of
+            the features).
         missing: what a missing (empty or ``NA``) cell of a used column does:
             ``"error"`` (naming the rows), ``"drop"`` the row, or impute the training
             rows' ``"mean"`` / ``"most_frequent"`` value (stored with the model).
@@ -131,6 +140,7 @@ class GLMDataModule(pl.LightningDataModule):
         offset: str | None = None,
         categorical: list[str] | None = None,
         missing: Literal["error", "drop", "mean", "most_frequent"] = "error",
+        memory_budget: int | str = "1GB",
     ):
         super().__init__()
         if batch_size is not None:
@@ -164,6 +174,10 @@ class GLMDataModule(pl.LightningDataModule):
         #: are the codes themselves, or the data are not classes)
         self.classes: list | None = None
         self.n_dropped = 0
+        self.memory_budget = parse_size(memory_budget)
+        #: whether the features are streamed from the file (:meth:`setup`)
+        self.streamed = False
+        self._digest: str | None = None
         self._extras: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self.feature_names: list[str] = []
         self.feature_mean: torch.Tensor | None = None
@@ -324,6 +338,9 @@ class GLMDataModule(pl.LightningDataModule):
         """
         if self._splits:
             return
+        if self._streams():
+            self._setup_streamed()
+            return
         x_np, y_np, w_np, o_np, self.task, self.n_classes = self._read()
         x = torch.as_tensor(x_np, dtype=torch.float64)
         y = torch.as_tensor(np.asarray(y_np, dtype=np.float64))
@@ -349,6 +366,93 @@ class GLMDataModule(pl.LightningDataModule):
             for k, idx in parts.items()
         }
         self._targets = (y, weight)
+        if self.task == "classification" or self.n_classes is not None:
+            self.check_labels(self.n_classes)
+        elif self.task == "regression":
+            self.check_regression()
+
+    def _streams(self) -> bool:
+        """A ``.npy`` file larger than ``memory_budget`` is streamed."""
+        path = Path(self.source)
+        return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > self.memory_budget
+
+    def _setup_streamed(self) -> None:
+        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: two passes over
+        the file give the targets, the finiteness check, the data digest and the
+        training split's standardization (the same statistics as
+        :func:`~.features.standardization`: column maxima ``m_j``, then the mean and
+        variance of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+        if self.features is not None or self.weight_column or self.offset_column or self.dataset_options:
+            raise fail(
+                "features/weight/offset",
+                f"unset for a .npy file streamed from disk (larger than data.memory_budget={self.memory_budget})",
+                (self.features, self.weight_column, self.offset_column),
+            )
+        if self.feature_spec.categorical or self.feature_spec.missing != "error":
+            raise fail("categorical/missing", "a .csv, .tsv or .parquet table", repr(self.source))
+        npy = _NpyFile(Path(self.source), "data file")
+        if len(npy.shape) != 2 or npy.shape[1] < 2 or npy.dtype.names:
+            raise fail(
+                f"data file '{self.source}'",
+                "a plain 2-D array with feature columns and a target column to stream",
+                f"shape {npy.shape}, dtype {npy.dtype}",
+            )
+        n, width = npy.shape
+        try:
+            col = (width - 1) if self.target is None else int(self.target) % width
+        except ValueError:
+            raise fail("target", "a column index for a plain .npy array", repr(self.target)) from None
+        columns = [j for j in range(width) if j != col]
+        parts = self._parts(n)
+        train = np.zeros(n, dtype=bool)
+        train[parts["train"].numpy()] = True
+        chunk = self.batch_size or 65536
+        y = np.empty(n, dtype=np.float64)
+        m = np.zeros(len(columns))
+        digest = hashlib.blake2b(digest_size=16)
+        with open(npy.path, "rb") as f:
+            for i in range(0, n, chunk):
+                block = npy.rows(f, i, min(i + chunk, n))
+                digest.update(block.tobytes())
+                x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
+                check_finite("X", x, i)
+                y[i : i + len(block)] = block[:, col]
+                t = train[i : i + len(block)]
+                if t.any():
+                    m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
+            m = np.where(m > 0, m, 1.0)
+            count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
+            if self.standardize:
+                for i in range(0, n, chunk):
+                    block = npy.rows(f, i, min(i + chunk, n))
+                    u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
+                    if len(u) == 0:
+                        continue
+                    k, mu = len(u), u.mean(0)
+                    delta = mu - mean_u
+                    m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
+                    mean_u += delta * k / (count + k)
+                    count += k
+        if self.standardize:
+            mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
+            scale = torch.where(std > 0, std, torch.ones_like(std))
+        else:
+            mean, scale = (
+                torch.zeros(len(columns), dtype=torch.float64),
+                torch.ones(len(columns), dtype=torch.float64),
+            )
+        yt = torch.from_numpy(y)
+        check_finite("y", yt)
+        self.feature_mean, self.feature_scale = mean, scale
+        self.feature_names = [f"x{j}" for j in columns]
+        self.streamed = True
+        self._digest = digest.hexdigest()
+        self._splits, self._extras = {}, {}
+        for k, idx in parts.items():
+            rows = np.sort(idx.numpy())
+            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
+            self._extras[k] = (None, None)
+        self._targets = (yt, None)
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
@@ -497,6 +601,8 @@ class GLMDataModule(pl.LightningDataModule):
         self._require_setup()
         device = torch.device(device)
         self.resident_device, self._resident = None, {}
+        if self.streamed:
+            return device.type == "cpu"  # each batch is read, then moved
         if device.type == "cpu":
             return True
         if device.type != "cuda":
@@ -525,7 +631,8 @@ class GLMDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
             idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
-            x, y = x[idx], y[idx]
+            x = x.subset(int(idx[0]), int(idx[-1]) + 1) if self.streamed and len(idx) else x[idx]
+            y = y[idx]
             weight, offset = (None if t is None else t[idx] for t in (weight, offset))
         tensors = (x, y, weight, offset)
         if self.resident_device is not None:
@@ -533,8 +640,10 @@ class GLMDataModule(pl.LightningDataModule):
             self._resident[name] = tensors
         return tensors
 
-    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
+    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches | StreamedBatches:
         x, y, weight, offset = self._tensors(name)
+        if self.streamed:
+            return StreamedBatches(x, y, weight, offset, batch_size=batch_size or 65536)
         return TensorBatches(
             x,
             y,
@@ -602,6 +711,13 @@ class GLMDataModule(pl.LightningDataModule):
         Plain ``str``/``int`` values (checkpoints load with ``weights_only=True``).
         """
         self._require_setup()
+        if self.streamed:
+            # the file's bytes (read at setup) and the split sizes: the same file gives the same digest
+            return {
+                "rows": {k: int(v[1].shape[0]) for k, v in self._splits.items()},
+                "n_features": self.n_features,
+                "digest": self._digest,
+            }
         digest = hashlib.blake2b(digest_size=16)
         for name, (x, y) in self._splits.items():
             for t in (x, y, *self._extras[name]):
@@ -622,6 +738,7 @@ class GLMDataModule(pl.LightningDataModule):
             "source": self.source,
             "task": self.task,
             "n_classes": self.n_classes,
+            **({"streamed": True} if self.streamed else {}),
             **({"classes": list(self.classes)} if self.classes is not None else {}),
             **({"rows_dropped": self.n_dropped} if self.n_dropped else {}),
             "n_features": self.n_features,

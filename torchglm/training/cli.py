@@ -330,6 +330,13 @@ def run(cli: GLMCLI) -> dict[str, Any]:
     last = run_dir / "checkpoints" / "last.ckpt"
     last_before = _file_identity(last)
     rd = RunDir(run_dir, primary=_is_primary())
+    if resume is None and _is_primary():
+        # A new fit into a run directory replaces its model and metrics; the earlier
+        # fit's TensorBoard events went on beside the new ones, so every curve showed
+        # two values per step. They go (the directory was backed up: a failed run
+        # restores them); a resumed run continues its own curves beside them.
+        for old in run_dir.glob("events.out.tfevents.*"):
+            old.unlink()
     try:
         metrics = _fit_and_report(cli, task, dm, trainer, run_dir, resume)
     except InputError:

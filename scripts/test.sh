@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Set up (idempotent), lint, and run the test suite. torch is pinned first so pip never
-# resolves a multi-GB CUDA build on a machine without torch.
+# Set up (idempotent), lint, and run the test suite. torch 2.13.0 is installed first, the
+# CPU build (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # `python` where it exists, else `python3` (Debian/Ubuntu ship only the latter).
 PYTHON="$(command -v python || command -v python3)"
-"$PYTHON" -m pip install -q "torch==2.13.0"
+# The CPU build from PyTorch's CPU index: PyPI's Linux torch wheel is the CUDA build
+# (multi-GB with its nvidia-* dependencies) even when pinned. TORCH_INDEX_URL picks
+# another (e.g. https://download.pytorch.org/whl/cu128 for a GPU).
+"$PYTHON" -m pip install -q "torch==2.13.0" --index-url "${TORCH_INDEX_URL:-https://download.pytorch.org/whl/cpu}"
 "$PYTHON" -m pip install -q -e ".[dev]"
 # Lint and format check first (config: [tool.ruff] in pyproject.toml); a finding or an
 # unformatted file fails the run (`ruff format .` fixes the latter).

@@ -31,12 +31,31 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from .._validation import existing_file, fail
+from .._validation import existing_file, fail, optional_import
 
-__all__ = ["Table", "read_table", "SUFFIXES", "CSVLayout", "csv_layout", "iter_csv"]
+__all__ = [
+    "Table",
+    "read_table",
+    "read_frame",
+    "iter_frames",
+    "frame_columns",
+    "SUFFIXES",
+    "TABLE_SUFFIXES",
+    "MISSING_TOKENS",
+    "CSVLayout",
+    "csv_layout",
+    "iter_csv",
+]
 
 #: File suffixes :func:`read_table` understands.
 SUFFIXES = (".csv", ".npz", ".npy")
+#: Files of named, typed columns read by :func:`read_frame` (strings allowed): the
+#: suffix picks the format.
+TABLE_SUFFIXES = (".csv", ".tsv", ".parquet")
+#: The text cells :func:`read_frame` reads as missing values (pandas' and R's usual
+#: spellings). ``nan`` and ``inf`` are numbers (non-finite ones, refused where the rows
+#: become tensors), not missing cells.
+MISSING_TOKENS = ("", "NA", "N/A", "n/a", "NULL", "null", "None", "#N/A", "<NA>")
 
 
 @dataclass
@@ -145,7 +164,9 @@ def _open_csv(path: Path, role: str):
         raise fail(role, "a readable CSV text file", f"'{path}' ({err.strerror})") from None
 
 
-def csv_layout(path: str | Path, header: bool | None = True, role: str = "data file") -> CSVLayout:
+def csv_layout(
+    path: str | Path, header: bool | None = True, role: str = "data file", delimiter: str = ","
+) -> CSVLayout:
     """The first non-blank row of a CSV: its header (``header=True``), its first data
     row (``False``), or, for ``None``, a header unless every cell of it is a number.
 
@@ -155,7 +176,7 @@ def csv_layout(path: str | Path, header: bool | None = True, role: str = "data f
     path = Path(path)
     try:
         with _open_csv(path, role) as fh:
-            reader = csv.reader(fh)
+            reader = csv.reader(fh, delimiter=delimiter)
             first = next((r for r in reader if not _blank(r)), None)
             line = reader.line_num
     except (OSError, UnicodeDecodeError, csv.Error) as err:
@@ -244,14 +265,16 @@ def _pandas_frames(pd, path: Path, layout: CSVLayout, chunk_rows: int | None):
             yield from frames
 
 
-def _read_rows(path: Path, layout: CSVLayout, role: str) -> np.ndarray:
+def _read_rows(path: Path, layout: CSVLayout, role: str, delimiter: str = ",", numeric: bool = True):
     """Every data row, read row by row with Python's ``csv`` and ``float``: the slow
-    reader that names the first bad line and column."""
+    reader that names the first bad line and column (``numeric=False``: only the
+    widths are checked, nothing is returned)."""
     names = layout.names or [str(j) for j in range(layout.width)]
     out = []
+    sep = {",": "comma", "\t": "tab"}[delimiter]
     try:
         with _open_csv(path, role) as fh:
-            reader = csv.reader(fh)
+            reader = csv.reader(fh, delimiter=delimiter)
             for _ in range(layout.skip):
                 next(reader, None)  # a quoted field may span lines: skip by rows of csv
             for row in reader:
@@ -260,8 +283,10 @@ def _read_rows(path: Path, layout: CSVLayout, role: str) -> np.ndarray:
                 line = reader.line_num
                 if len(row) != layout.width:
                     raise fail(
-                        f"{role} '{path}' line {line}", f"{layout.width} comma-separated fields", len(row)
+                        f"{role} '{path}' line {line}", f"{layout.width} {sep}-separated fields", len(row)
                     )
+                if not numeric:
+                    continue
                 try:
                     out.append([float(c) for c in row])
                 except ValueError:
@@ -271,9 +296,130 @@ def _read_rows(path: Path, layout: CSVLayout, role: str) -> np.ndarray:
                     ) from None
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         raise fail(role, "a readable UTF-8 CSV file", f"'{path}' ({type(err).__name__}: {err})") from None
+    if not numeric:
+        return None
     if not out:
         raise fail(role, "a CSV header row and at least one data row", f"'{path}' (no data rows)")
     return np.array(out, dtype=np.float64).reshape(len(out), layout.width)
+
+
+def read_frame(path: str | Path, role: str = "data file"):
+    """A table file's named columns as one pandas ``DataFrame``, for data with text
+    categories and missing cells (:class:`~torchglm.training.features.FeatureSpec`
+    turns it into numbers): :func:`iter_frames` in one piece.
+
+    The suffix picks the format: ``.csv`` (comma-separated) and ``.tsv``
+    (tab-separated) text, UTF-8 with an optional byte-order mark, a header row of
+    column names (stripped), blank lines skipped, every cell kept as its text
+    (``str``, stripped; the cells of :data:`MISSING_TOKENS` become ``None``);
+    ``.parquet`` (pyarrow) keeps its own column types (missing values ``None``/NaN).
+
+    Raises:
+        InputError: a missing or unreadable file, another suffix, no data rows,
+            duplicate column names, a text row of another width than the header
+            (naming its line).
+    """
+    return next(iter_frames(path, role, None))
+
+
+def frame_columns(path: str | Path, role: str = "data file") -> list[str]:
+    """The column names of a table file (:func:`read_frame`), read without its rows."""
+    path = _table_path(path, role)
+    if path.suffix.lower() == ".parquet":
+        pq = optional_import("pyarrow.parquet", "reading Parquet files", "parquet")
+        try:
+            return [str(c).strip() for c in pq.ParquetFile(path).schema_arrow.names]
+        except (OSError, ValueError) as err:
+            raise fail(role, "a readable Parquet file", f"'{path}' ({type(err).__name__}: {err})") from None
+    return csv_layout(path, header=True, role=role, delimiter=_delimiter(path)).names
+
+
+def _table_path(path: str | Path, role: str) -> Path:
+    path = existing_file(role, path)
+    if path.suffix.lower() not in TABLE_SUFFIXES:
+        raise fail(role, f"a file ending in one of {list(TABLE_SUFFIXES)}", f"'{path.name}'")
+    return path
+
+
+def _delimiter(path: Path) -> str:
+    return "\t" if path.suffix.lower() == ".tsv" else ","
+
+
+def iter_frames(path: str | Path, role: str = "data file", chunk_rows: int | None = CHUNK_ROWS):
+    """:func:`read_frame` ``chunk_rows`` rows at a time (``None``: one frame of every
+    row); at least one frame. Each frame's index counts rows from 0 across frames.
+
+    Raises:
+        InputError: as :func:`read_frame`; a bad row when its frame is read.
+    """
+    import pandas as pd
+
+    path = _table_path(path, role)
+    n = 0
+    for frame in _raw_frames(pd, path, role, chunk_rows):
+        if len(frame) == 0:
+            continue
+        frame.index = pd.RangeIndex(n, n + len(frame))
+        n += len(frame)
+        yield frame
+    if n == 0:
+        raise fail(role, "a header row and at least one data row", f"'{path}' (no data rows)")
+
+
+def _raw_frames(pd, path: Path, role: str, chunk_rows: int | None):
+    if path.suffix.lower() == ".parquet":
+        pq = optional_import("pyarrow.parquet", "reading Parquet files", "parquet")
+        try:
+            pf = pq.ParquetFile(path)
+            names = [str(c).strip() for c in pf.schema_arrow.names]
+            if len(set(names)) != len(names):
+                raise fail(f"{role} '{path}'", "unique column names", names)
+            if chunk_rows is None:
+                batches = [pf.read()]
+            else:
+                batches = pf.iter_batches(batch_size=chunk_rows)
+            for batch in batches:
+                frame = batch.to_pandas()
+                frame.columns = names
+                yield frame
+        except (OSError, ValueError) as err:
+            raise fail(role, "a readable Parquet file", f"'{path}' ({type(err).__name__}: {err})") from None
+        return
+    delimiter = _delimiter(path)
+    layout = csv_layout(path, header=True, role=role, delimiter=delimiter)
+    reader = pd.read_csv(
+        path,
+        sep=delimiter,
+        header=None,
+        names=layout.names,
+        index_col=False,
+        skiprows=layout.skip,
+        dtype=str,
+        keep_default_na=False,
+        na_filter=False,
+        encoding="utf-8-sig",
+        engine="c",
+        skip_blank_lines=True,
+        chunksize=chunk_rows,
+    )
+    frames = iter([reader]) if chunk_rows is None else reader
+    while True:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                frame = next(frames)
+            ragged = bool(frame.isna().to_numpy().any())  # a short row's absent fields
+        except StopIteration:
+            break
+        except (ValueError, UnicodeDecodeError, OSError, pd.errors.ParserWarning):
+            ragged = True  # a long row, or a file pandas refuses: the row-wise reader says where
+        if ragged:
+            _read_rows(path, layout, role, delimiter, numeric=False)
+            raise fail(role, "a readable UTF-8 text table", f"'{path}'")
+        frame = frame.apply(lambda c: c.str.strip())
+        yield frame.astype(object).where(~frame.isin(MISSING_TOKENS), None)
+    if chunk_rows is not None:
+        reader.close()
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[np.ndarray]]:

@@ -22,7 +22,15 @@ from ..distributed import shard_range
 from .batches import Batch
 from .files import csv_layout, iter_csv
 
-__all__ = ["NpyBatches", "ParquetBatches", "CSVBatches", "npz_row_blocks"]
+__all__ = [
+    "NpyBatches",
+    "ParquetBatches",
+    "CSVBatches",
+    "StreamedRows",
+    "StreamedBatches",
+    "parse_size",
+    "npz_row_blocks",
+]
 
 
 def _existing(path: str | Path, what: str) -> Path:
@@ -271,3 +279,106 @@ def _npz_blocks(
         finally:
             for f in files:
                 f.close()
+
+
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+}
+
+
+def parse_size(value, name: str = "memory_budget") -> int:
+    """A number of bytes from an integer or a string such as ``"2GB"``, ``"512MiB"``.
+
+    Raises:
+        InputError: anything else, or a size that is not positive.
+    """
+    import re
+
+    if isinstance(value, bool):
+        raise fail(name, "a number of bytes or a size such as '2GB'", repr(value))
+    if isinstance(value, (int, float)):
+        size = value
+    else:
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", str(value))
+        if m is None or m.group(2).upper() not in _UNITS:
+            raise fail(name, "a number of bytes or a size such as '2GB' or '512MiB'", repr(value))
+        size = float(m.group(1)) * _UNITS[m.group(2).upper()]
+    if not size > 0:
+        raise fail(name, "a positive size", repr(value))
+    return int(size)
+
+
+class StreamedRows:
+    """Some rows of a plain 2-D ``.npy`` file's feature columns, standardized, read
+    from disk when asked for (:class:`StreamedBatches`): what an in-memory split's
+    feature tensor is to :class:`~torchglm.data.batches.TensorBatches`.
+
+    ``rows`` are file row indices in increasing order; ``z = (x - mean) / scale``
+    is computed in float64 and cast to ``dtype``, as the in-memory path does.
+    """
+
+    def __init__(self, path: Path, rows: np.ndarray, columns: list[int], mean, scale, dtype: torch.dtype):
+        self.file = _NpyFile(Path(path), "source")
+        self.rows, self.columns = np.asarray(rows, dtype=np.int64), list(columns)
+        self.mean, self.scale, self.dtype = mean, scale, dtype
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (len(self.rows), len(self.columns))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def subset(self, start: int, stop: int) -> "StreamedRows":
+        return StreamedRows(
+            self.file.path, self.rows[start:stop], self.columns, self.mean, self.scale, self.dtype
+        )
+
+    def read(self, f, start: int, stop: int) -> torch.Tensor:
+        """Positions ``start:stop`` of these rows: one contiguous read of the file span."""
+        r = self.rows[start:stop]
+        if len(r) == 0:
+            return torch.empty((0, len(self.columns)), dtype=self.dtype)
+        block = self.file.rows(f, int(r[0]), int(r[-1]) + 1)
+        x = torch.from_numpy(np.ascontiguousarray(block[r - r[0]][:, self.columns], dtype=np.float64))
+        return ((x - self.mean) / self.scale).to(self.dtype)
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if not isinstance(index, slice) or index.step not in (None, 1):
+            raise TypeError("StreamedRows supports contiguous slices only")
+        start, stop, _ = index.indices(len(self.rows))
+        with open(self.file.path, "rb") as f:
+            return self.read(f, start, max(start, stop))
+
+
+class StreamedBatches:
+    """Consecutive batches of a :class:`StreamedRows` split with its in-memory targets
+    (and optional weights/offsets): each batch one positioned read of the file, so a
+    pass holds one batch, whatever the file's size. Not shuffled (a pass is a sum)."""
+
+    def __init__(self, x: StreamedRows, y, weight=None, offset=None, batch_size: int = 65536):
+        check_positive("batch_size", batch_size)
+        self.x, self.y, self.weight, self.offset = x, y, weight, offset
+        self.batch_size = int(batch_size)
+
+    def __len__(self) -> int:
+        return -(-len(self.x) // self.batch_size)
+
+    def __iter__(self) -> Iterator[Batch]:
+        with open(self.x.file.path, "rb") as f:
+            for i in range(0, len(self.x), self.batch_size):
+                j = min(i + self.batch_size, len(self.x))
+                yield Batch(
+                    self.x.read(f, i, j),
+                    self.y[i:j],
+                    None if self.weight is None else self.weight[i:j],
+                    None if self.offset is None else self.offset[i:j],
+                )

@@ -420,12 +420,15 @@ class SoftmaxRegression(GeneralizedLinearModel):
     One weight row per class (K rows): the gradient of the summed NLL for class
     ``j`` is ``sum_i (y_ij - t_ij) x_i``. Unpenalized, adding one vector to every
     row leaves the probabilities unchanged (the Newton solver handles that).
+
+    ``n_classes`` is required here (``None`` is refused); in a ``train.py`` config it
+    may be left out, and the number of distinct labels of the data is used.
     """
 
     def __init__(
         self,
         n_features: int,
-        n_classes: int,
+        n_classes: int | None = None,
         l2: float = 0.0,
         fit_intercept: bool = True,
         dtype: torch.dtype | None = None,

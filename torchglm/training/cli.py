@@ -19,6 +19,7 @@ giving the ``--resume`` command that goes on from its last checkpoint.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -304,6 +305,15 @@ def run(cli: GLMCLI) -> dict[str, Any]:
                 "at least 1 (or -1: until the solver's stopping rule or early stopping ends the fit)",
                 "0 (nothing to fit)",
             )
+    _infer_n_classes(task, dm)
+    dm.setup("fit")
+    if dm.streamed and (task.solver == "sgd" or task.basis is not None):
+        raise fail(
+            "data.memory_budget",
+            f"a pass-based solver without a basis for a file streamed from disk ('{dm.source}' is "
+            f"larger than the budget of {dm.memory_budget} bytes), or a budget above the file's size",
+            f"solver '{task.solver}'" + (" with a basis" if task.basis is not None else ""),
+        )
     task.build(dm)
     task.fingerprint = {"config": _config_fingerprint(cli.config), "data": dm.fingerprint()}
     resume = cli.config.get("resume")
@@ -320,6 +330,13 @@ def run(cli: GLMCLI) -> dict[str, Any]:
     last = run_dir / "checkpoints" / "last.ckpt"
     last_before = _file_identity(last)
     rd = RunDir(run_dir, primary=_is_primary())
+    if resume is None and _is_primary():
+        # A new fit into a run directory replaces its model and metrics; the earlier
+        # fit's TensorBoard events went on beside the new ones, so every curve showed
+        # two values per step. They go (the directory was backed up: a failed run
+        # restores them); a resumed run continues its own curves beside them.
+        for old in run_dir.glob("events.out.tfevents.*"):
+            old.unlink()
     try:
         metrics = _fit_and_report(cli, task, dm, trainer, run_dir, resume)
     except InputError:
@@ -357,6 +374,33 @@ def run(cli: GLMCLI) -> dict[str, Any]:
         raise
     rd.commit()
     return metrics
+
+
+def _infer_n_classes(task: GLMTask, dm: GLMDataModule) -> None:
+    """A config's model that leaves ``n_classes`` out (``SoftmaxRegression``: ``None``)
+    gets the data's number of classes (:meth:`GLMDataModule.class_count`), in its
+    factory and in the hyper-parameters its checkpoints carry (which rebuild it for
+    ``torchglm predict``). The config's ``model.model`` is a partial of the class
+    over everything but ``n_features``, so a required ``n_classes`` could not be left
+    out of a config at all."""
+    factory = task.model_factory
+    if not isinstance(factory, functools.partial) or "n_classes" not in factory.keywords:
+        return
+    if factory.keywords["n_classes"] is not None or task.model is not None:
+        return
+    try:
+        factory(1)  # a one-feature model: does it need the number of classes?
+    except InputError as err:
+        if not str(err).startswith("n_classes:"):
+            raise
+    else:
+        return  # it has its own (a binary family's 2)
+    dm.setup("fit")
+    k = dm.class_count()
+    task.model_factory = functools.partial(factory, n_classes=k)
+    spec = task.hparams.get("model")
+    if isinstance(spec, dict) and isinstance(spec.get("init_args"), dict):
+        spec["init_args"]["n_classes"] = k
 
 
 def _fit_and_report(cli, task, dm, trainer, run_dir: Path, resume) -> dict[str, Any]:

@@ -31,9 +31,10 @@ from .._validation import (
 from ..families import Family, get_family
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
-from ..data.files import read_table
+from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, parse_size
+from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
-from .features import standardization, standardize
+from .features import FeatureSpec, numeric_column, standardization, standardize
 
 __all__ = ["GLMDataModule", "shard"]
 
@@ -57,8 +58,14 @@ class GLMDataModule(pl.LightningDataModule):
 
     Args:
         source: a built-in dataset name (:data:`torchglm.data.DATASETS`) or a
-            path to a ``.csv``/``.npz``/``.npy`` file.
+            path to a ``.csv``/``.tsv``/``.parquet`` table (named columns, text
+            categories and missing cells allowed: :func:`~torchglm.data.files.read_frame`)
+            or a numeric ``.npz``/``.npy`` file; the suffix picks the reader.
         target: the target column of a file (name; index for a plain ``.npy``).
+            Class labels may be anything (``1``/``2``, ``"spam"``/``"ham"``): the sorted
+            distinct labels are the classes (``classes``, stored with the model, and
+            ``torchglm predict`` writes them back), unless they are already the codes
+            ``0..n_classes-1``.
         features: feature columns to keep (default: all but the target).
         task: ``"classification"`` or ``"regression"``; ``None`` takes it from the
             built-in dataset, or from the model's family when the task builds it.
@@ -79,6 +86,19 @@ class GLMDataModule(pl.LightningDataModule):
             datasets bring their own when they have them.
         offset: a file's column added to eta with coefficient 1 (e.g. log exposure
             of a Poisson rate); built-in datasets bring their own.
+        categorical: a table's categorical columns, one-hot encoded (treatment
+            contrasts, the first sorted level the reference; :class:`~.features.FeatureSpec`).
+        memory_budget: bytes (or a size such as ``"2GB"``): a plain 2-D ``.npy``
+            file larger than this is not loaded but streamed (:mod:`torchglm.data.out_of_core`):
+            the targets and the split's row indices stay in memory, each pass reads
+            the features ``batch_size`` rows at a time (default 65,536), so memory
+            stays at about one batch. For the pass-based solvers (``sgd`` needs
+            shuffled in-memory rows) and models without a basis. Other files are
+            always loaded (the in-memory path holds about three float64 copies of
+            the features).
+        missing: what a missing (empty or ``NA``) cell of a used column does:
+            ``"error"`` (naming the rows), ``"drop"`` the row, or impute the training
+            rows' ``"mean"`` / ``"most_frequent"`` value (stored with the model).
 
     Attributes:
         steps_per_block: training batches per item of :meth:`train_dataloader`:
@@ -118,6 +138,9 @@ class GLMDataModule(pl.LightningDataModule):
         dataset_options: dict[str, Any] | None = None,
         weight: str | None = None,
         offset: str | None = None,
+        categorical: list[str] | None = None,
+        missing: Literal["error", "drop", "mean", "most_frequent"] = "error",
+        memory_budget: int | str = "1GB",
     ):
         super().__init__()
         if batch_size is not None:
@@ -145,6 +168,16 @@ class GLMDataModule(pl.LightningDataModule):
         self.dtype = _DTYPES[dtype]
         self.dataset_options = dict(dataset_options or {})
         self.weight_column, self.offset_column = weight, offset
+        # checked here (a bad policy or column list fails before any file is read)
+        self.feature_spec = FeatureSpec(list(categorical or []), missing)
+        #: the original class labels, code k standing for classes[k] (None: the labels
+        #: are the codes themselves, or the data are not classes)
+        self.classes: list | None = None
+        self.n_dropped = 0
+        self.memory_budget = parse_size(memory_budget)
+        #: whether the features are streamed from the file (:meth:`setup`)
+        self.streamed = False
+        self._digest: str | None = None
         self._extras: dict[str, tuple[torch.Tensor | None, torch.Tensor | None]] = {}
         self.feature_names: list[str] = []
         self.feature_mean: torch.Tensor | None = None
@@ -164,9 +197,18 @@ class GLMDataModule(pl.LightningDataModule):
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, str | None, int | None]:
         """``(x, y, weight, offset, task, n_classes)`` from the file or built-in dataset."""
         special = [c for c in (self.weight_column, self.offset_column) if c is not None]
-        if Path(self.source).suffix.lower() in (".csv", ".npz", ".npy") or Path(self.source).exists():
+        suffix = Path(self.source).suffix.lower()
+        if suffix in (*SUFFIXES, *TABLE_SUFFIXES) or Path(self.source).exists():
             if self.dataset_options:
                 raise fail("dataset_options", "no options for a data file", self.dataset_options)
+            if suffix in TABLE_SUFFIXES:
+                return self._read_frame()
+            if self.feature_spec.categorical or self.feature_spec.missing != "error":
+                raise fail(
+                    "categorical/missing",
+                    f"a .csv, .tsv or .parquet table for categorical columns or a missing-value policy (numeric {suffix} files have neither)",
+                    repr(self.source),
+                )
             table = read_table(self.source, self.target, None if special else self.features)
             names, x = table.feature_names, table.x
             columns = {}
@@ -190,10 +232,11 @@ class GLMDataModule(pl.LightningDataModule):
                 names = keep
             self.feature_names = names
             return (x, table.y, columns.get("weight"), columns.get("offset"), self.task, self.n_classes)
-        if self.target is not None or self.features is not None or special:
+        if self.target is not None or self.features is not None or special or self.feature_spec.categorical:
             raise fail(
-                "target/features/weight/offset",
-                f"unset for the built-in dataset '{self.source}'",
+                "target/features/weight/offset/categorical",
+                f"unset for the built-in dataset '{self.source}' (a data file must end in one of "
+                f"{[*TABLE_SUFFIXES, '.npz', '.npy']})",
                 (self.target, self.features, self.weight_column, self.offset_column),
             )
         ds = load_dataset(self.source, **self.dataset_options)
@@ -209,6 +252,84 @@ class GLMDataModule(pl.LightningDataModule):
             self.n_classes if self.n_classes is not None else ds.n_classes,
         )
 
+    def _read_frame(
+        self,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None, str | None, int | None]:
+        """:meth:`_read` for a CSV/TSV/Parquet table: named columns through the
+        :class:`~.features.FeatureSpec` (missing cells, categories), fitted on the
+        training split's rows; text labels become codes (:attr:`classes`)."""
+        where = f"data file '{self.source}'"
+        frame = read_frame(self.source)
+        names = list(frame.columns)
+        target = "y" if self.target is None else str(self.target)
+        if target not in names:
+            raise fail("target", f"a column of '{self.source}' (one of {names})", repr(target))
+        special = {r: c for r, c in (("weight", self.weight_column), ("offset", self.offset_column)) if c}
+        for role, col in special.items():
+            if col not in names:
+                raise fail(role, f"a column of '{self.source}' ({names})", repr(col))
+        reserved = [target, *special.values()]
+        if self.features is None:
+            features = [n for n in names if n not in reserved]
+        else:
+            features = list(self.features)
+            bad = [n for n in features if n not in names or n in reserved]
+            if bad:
+                raise fail(
+                    "features", f"feature columns of '{self.source}' other than target/weight/offset", bad
+                )
+        if not features:
+            raise fail(where, "at least one feature column besides the target", names)
+        spec = self.feature_spec
+        if spec.missing == "drop":
+            drop = spec.check_missing(frame, features + reserved, where)
+            if drop.all():
+                raise fail(where, "rows without missing cells (data.missing: drop)", "none")
+            if drop.any():
+                frame = frame[~drop].reset_index(drop=True)
+            self.n_dropped = int(drop.sum())
+        else:
+            # the target, weight and offset are never imputed
+            FeatureSpec(missing="error").check_missing(frame, reserved, where)
+            if spec.missing == "error":
+                spec.check_missing(frame, features, where)
+        import pandas as pd
+
+        y = frame[target]
+        y_num = pd.to_numeric(y, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isnan(y_num).any() and not all(
+            str(v).strip().lower().lstrip("+-") == "nan" for v in np.asarray(y, dtype=object)[np.isnan(y_num)]
+        ):
+            # text labels: the sorted distinct labels are the classes (scikit-learn's classes_)
+            text = np.array([str(v) for v in np.asarray(y, dtype=object)], dtype=object)
+            self.classes = sorted(set(text.tolist()))
+            y_num = np.searchsorted(np.array(self.classes, dtype=object), text).astype(np.float64)
+        # fill values come from the training split's rows (only then are they needed:
+        # a file too short to split is refused after its cells are checked)
+        imputes = spec.missing in ("mean", "most_frequent")
+        spec.fit(frame, features, self._parts(len(frame))["train"].numpy() if imputes else None, where)
+        x = spec.transform(frame, where)
+        self.feature_names = spec.names
+        columns = {r: numeric_column(frame[c], where, c) for r, c in special.items()}
+        return (x, y_num, columns.get("weight"), columns.get("offset"), self.task, self.n_classes)
+
+    def _parts(self, n: int) -> dict[str, torch.Tensor]:
+        """Row indices of the train/val/test splits of ``n`` rows (``split_seed``).
+
+        Raises:
+            InputError: a split with no row.
+        """
+        n_val, n_test = round(self.val_fraction * n), round(self.test_fraction * n)
+        n_train = n - n_val - n_test
+        if min(n_val, n_test, n_train) < 1:
+            raise fail("data", "at least one row in each of train/val/test", f"{n} rows in total")
+        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
+        return {
+            "train": perm[:n_train],
+            "val": perm[n_train : n_train + n_val],
+            "test": perm[n_train + n_val :],
+        }
+
     def setup(self, stage: str | None = None) -> None:
         """Read, validate, split and standardize the data (once; later calls are no-ops).
 
@@ -216,6 +337,9 @@ class GLMDataModule(pl.LightningDataModule):
             InputError: non-finite features or targets, mismatched lengths, an empty split.
         """
         if self._splits:
+            return
+        if self._streams():
+            self._setup_streamed()
             return
         x_np, y_np, w_np, o_np, self.task, self.n_classes = self._read()
         x = torch.as_tensor(x_np, dtype=torch.float64)
@@ -229,17 +353,7 @@ class GLMDataModule(pl.LightningDataModule):
         check_weight(weight, x.shape[0])
         if offset is not None:
             check_finite("offset", offset)
-        n = x.shape[0]
-        n_val, n_test = round(self.val_fraction * n), round(self.test_fraction * n)
-        n_train = n - n_val - n_test
-        if min(n_val, n_test, n_train) < 1:
-            raise fail("data", "at least one row in each of train/val/test", f"{n} rows in total")
-        perm = torch.randperm(n, generator=torch.Generator().manual_seed(self.split_seed))
-        parts = {
-            "train": perm[:n_train],
-            "val": perm[n_train : n_train + n_val],
-            "test": perm[n_train + n_val :],
-        }
+        parts = self._parts(x.shape[0])
         mean, scale = standardization(x[parts["train"]], self.standardize)
         self.feature_mean, self.feature_scale = mean, scale
         z = standardize(x, mean, scale, self.dtype)
@@ -252,6 +366,93 @@ class GLMDataModule(pl.LightningDataModule):
             for k, idx in parts.items()
         }
         self._targets = (y, weight)
+        if self.task == "classification" or self.n_classes is not None:
+            self.check_labels(self.n_classes)
+        elif self.task == "regression":
+            self.check_regression()
+
+    def _streams(self) -> bool:
+        """A ``.npy`` file larger than ``memory_budget`` is streamed."""
+        path = Path(self.source)
+        return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > self.memory_budget
+
+    def _setup_streamed(self) -> None:
+        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: two passes over
+        the file give the targets, the finiteness check, the data digest and the
+        training split's standardization (the same statistics as
+        :func:`~.features.standardization`: column maxima ``m_j``, then the mean and
+        variance of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+        if self.features is not None or self.weight_column or self.offset_column or self.dataset_options:
+            raise fail(
+                "features/weight/offset",
+                f"unset for a .npy file streamed from disk (larger than data.memory_budget={self.memory_budget})",
+                (self.features, self.weight_column, self.offset_column),
+            )
+        if self.feature_spec.categorical or self.feature_spec.missing != "error":
+            raise fail("categorical/missing", "a .csv, .tsv or .parquet table", repr(self.source))
+        npy = _NpyFile(Path(self.source), "data file")
+        if len(npy.shape) != 2 or npy.shape[1] < 2 or npy.dtype.names:
+            raise fail(
+                f"data file '{self.source}'",
+                "a plain 2-D array with feature columns and a target column to stream",
+                f"shape {npy.shape}, dtype {npy.dtype}",
+            )
+        n, width = npy.shape
+        try:
+            col = (width - 1) if self.target is None else int(self.target) % width
+        except ValueError:
+            raise fail("target", "a column index for a plain .npy array", repr(self.target)) from None
+        columns = [j for j in range(width) if j != col]
+        parts = self._parts(n)
+        train = np.zeros(n, dtype=bool)
+        train[parts["train"].numpy()] = True
+        chunk = self.batch_size or 65536
+        y = np.empty(n, dtype=np.float64)
+        m = np.zeros(len(columns))
+        digest = hashlib.blake2b(digest_size=16)
+        with open(npy.path, "rb") as f:
+            for i in range(0, n, chunk):
+                block = npy.rows(f, i, min(i + chunk, n))
+                digest.update(block.tobytes())
+                x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
+                check_finite("X", x, i)
+                y[i : i + len(block)] = block[:, col]
+                t = train[i : i + len(block)]
+                if t.any():
+                    m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
+            m = np.where(m > 0, m, 1.0)
+            count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
+            if self.standardize:
+                for i in range(0, n, chunk):
+                    block = npy.rows(f, i, min(i + chunk, n))
+                    u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
+                    if len(u) == 0:
+                        continue
+                    k, mu = len(u), u.mean(0)
+                    delta = mu - mean_u
+                    m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
+                    mean_u += delta * k / (count + k)
+                    count += k
+        if self.standardize:
+            mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
+            scale = torch.where(std > 0, std, torch.ones_like(std))
+        else:
+            mean, scale = (
+                torch.zeros(len(columns), dtype=torch.float64),
+                torch.ones(len(columns), dtype=torch.float64),
+            )
+        yt = torch.from_numpy(y)
+        check_finite("y", yt)
+        self.feature_mean, self.feature_scale = mean, scale
+        self.feature_names = [f"x{j}" for j in columns]
+        self.streamed = True
+        self._digest = digest.hexdigest()
+        self._splits, self._extras = {}, {}
+        for k, idx in parts.items():
+            rows = np.sort(idx.numpy())
+            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
+            self._extras[k] = (None, None)
+        self._targets = (yt, None)
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
@@ -286,9 +487,11 @@ class GLMDataModule(pl.LightningDataModule):
             raise fail("task", "'classification' for a classifier", "'regression' data")
         y_all, weight = self._targets
         if n_classes is None:  # setup checked y finite
-            n_classes = int(float(y_all.max())) + 1
+            n_classes = self.class_count()
         if self.n_classes is not None and n_classes != self.n_classes:
             raise fail("n_classes", f"{self.n_classes} (declared for the data)", f"{n_classes} (the model's)")
+        self._encode_labels(n_classes)
+        y_all, weight = self._targets
         family = get_family("categorical") if family is None else family
         # Every row through model.fit's gate (a single class or an empty declared class
         # in the data read as model.fit would say it), then the training split alone:
@@ -309,11 +512,64 @@ class GLMDataModule(pl.LightningDataModule):
         self._require_setup()
         if self.task == "classification":
             raise fail("task", "'regression' for a regression family", "'classification' data")
+        if self.classes is not None and isinstance(self.classes[0], str):
+            raise fail(
+                "y",
+                "numeric targets for a regression family",
+                f"text labels such as {self.classes[:3]} (a classifier takes them as classes)",
+            )
         if family is not None:
             y_all, weight = self._targets
             check_targets(family, y_all, None, weight, dtype=self.dtype)
         self._splits = {k: (x, y.to(self.dtype)) for k, (x, y) in self._splits.items()}
         self.task = "regression"
+
+    def class_count(self) -> int:
+        """The number of classes of the data: the declared ``n_classes``, else the number
+        of distinct labels (what a ``SoftmaxRegression`` without ``n_classes`` gets)."""
+        self._require_setup()
+        if self.n_classes is not None:
+            return self.n_classes
+        if self.classes is not None:
+            return len(self.classes)
+        values = torch.unique(self._targets[0])
+        if values.numel() >= 2:
+            return int(values.numel())
+        # a single label: at least two classes, so that the gate reports the single class
+        return max(int(float(values.max())) + 1, 2)
+
+    def _encode_labels(self, n_classes: int) -> None:
+        """Turn numeric labels that are not the codes ``0..n_classes-1`` into codes:
+        integer labels with exactly ``n_classes`` distinct values (``1``/``2``,
+        ``-1``/``1``, ``3``/``5``/``7``) become the positions of their sorted values,
+        kept in :attr:`classes` (scikit-learn's ``classes_``). Codes already in range
+        (a declared class may be absent), non-integer labels and more distinct labels
+        than classes are left to the target gate, which refuses the latter two.
+
+        Raises:
+            InputError: text labels of more classes than the model has.
+        """
+        y, weight = self._targets
+        if self.classes is not None:
+            if len(self.classes) > n_classes:
+                raise fail(
+                    "y",
+                    f"labels of {n_classes} classes (the model's n_classes)",
+                    f"{len(self.classes)} distinct labels {self.classes[:10]}",
+                )
+            return
+        values = torch.unique(y)
+        integers = bool((values == values.round()).all())
+        in_range = bool(values.min() >= 0) and bool(values.max() < n_classes)
+        if not integers or in_range or values.numel() != n_classes:
+            return
+        self.classes = [int(v) for v in values.tolist()]
+
+        def code(t: torch.Tensor) -> torch.Tensor:
+            return torch.searchsorted(values, t.to(values.dtype)).to(t.dtype)
+
+        self._targets = (code(y), weight)
+        self._splits = {k: (x, code(t)) for k, (x, t) in self._splits.items()}
 
     def _require_setup(self) -> None:
         if not self._splits:
@@ -348,6 +604,8 @@ class GLMDataModule(pl.LightningDataModule):
         self._require_setup()
         device = torch.device(device)
         self.resident_device, self._resident = None, {}
+        if self.streamed:
+            return device.type == "cpu"  # each batch is read, then moved
         if device.type == "cpu":
             return True
         if device.type != "cuda":
@@ -376,7 +634,8 @@ class GLMDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is not None and trainer.world_size > 1:
             idx = shard(x.shape[0], trainer.global_rank, trainer.world_size)
-            x, y = x[idx], y[idx]
+            x = x.subset(int(idx[0]), int(idx[-1]) + 1) if self.streamed and len(idx) else x[idx]
+            y = y[idx]
             weight, offset = (None if t is None else t[idx] for t in (weight, offset))
         tensors = (x, y, weight, offset)
         if self.resident_device is not None:
@@ -384,8 +643,10 @@ class GLMDataModule(pl.LightningDataModule):
             self._resident[name] = tensors
         return tensors
 
-    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches:
+    def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches | StreamedBatches:
         x, y, weight, offset = self._tensors(name)
+        if self.streamed:
+            return StreamedBatches(x, y, weight, offset, batch_size=batch_size or 65536)
         return TensorBatches(
             x,
             y,
@@ -429,8 +690,17 @@ class GLMDataModule(pl.LightningDataModule):
     def state_dict(self) -> dict[str, Any]:
         """The shuffling generator's state, saved in every checkpoint, so a run resumed
         from a checkpoint draws the same permutations as an uninterrupted run; and the
-        name of the offset column, which ``torchglm predict`` reads from its input."""
-        return {"shuffle_generator": self._generator.get_state(), "offset_column": self.offset_column}
+        name of the offset column, which ``torchglm predict`` reads from its input; the
+        fitted :class:`~.features.FeatureSpec` (``None`` for numeric files and built-in
+        datasets) and the class labels, which it applies and writes back. Plain data
+        (checkpoints load with ``weights_only=True``)."""
+        fitted = self.feature_spec.columns and not self.feature_spec.trivial
+        return {
+            "shuffle_generator": self._generator.get_state(),
+            "offset_column": self.offset_column,
+            "features": self.feature_spec.state() if fitted else None,
+            "classes": None if self.classes is None else list(self.classes),
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         self._generator.set_state(state_dict["shuffle_generator"])
@@ -444,6 +714,13 @@ class GLMDataModule(pl.LightningDataModule):
         Plain ``str``/``int`` values (checkpoints load with ``weights_only=True``).
         """
         self._require_setup()
+        if self.streamed:
+            # the file's bytes (read at setup) and the split sizes: the same file gives the same digest
+            return {
+                "rows": {k: int(v[1].shape[0]) for k, v in self._splits.items()},
+                "n_features": self.n_features,
+                "digest": self._digest,
+            }
         digest = hashlib.blake2b(digest_size=16)
         for name, (x, y) in self._splits.items():
             for t in (x, y, *self._extras[name]):
@@ -464,6 +741,9 @@ class GLMDataModule(pl.LightningDataModule):
             "source": self.source,
             "task": self.task,
             "n_classes": self.n_classes,
+            **({"streamed": True} if self.streamed else {}),
+            **({"classes": list(self.classes)} if self.classes is not None else {}),
+            **({"rows_dropped": self.n_dropped} if self.n_dropped else {}),
             "n_features": self.n_features,
             **{f"n_{k}": int(v[0].shape[0]) for k, v in self._splits.items()},
         }

@@ -39,7 +39,7 @@ def short_help() -> str:
 train     fit, validate and test a model from a config (configs/*.yaml); writes
           RUN/model.ckpt (the reported model), RUN/metrics.json, TensorBoard
           events and RUN/checkpoints/last.ckpt (after every epoch, for --resume)
-predict   predictions of a run's model for the rows of a CSV/NPZ/NPY file
+predict   predictions of a run's model for the rows of a CSV/TSV/Parquet/NPZ/NPY file
           (torchglm predict --help)
 figures   the lecture's figures from real runs (torchglm figures --help)
 
@@ -52,7 +52,10 @@ train options (any config key can be overridden the same way):
   --model.solver NAME       {solvers}
   --model.solver_options    e.g. '{{max_iter: 50, tol: 1e-10}}'
   --model.optimizer         a torch.optim class for sgd, e.g. torch.optim.Adam
-  --data.source             a built-in dataset name or a .csv/.npz/.npy file
+  --data.source             a built-in dataset name or a .csv/.tsv/.parquet/.npz/.npy file
+  --data.target NAME        the target column (labels of any kind: the classes)
+  --data.categorical '[A]'  columns one-hot encoded; --data.missing error|drop|mean|most_frequent
+  --data.memory_budget 2GB  a larger .npy is streamed from disk (pass-based solvers)
   --data.batch_size N       rows per batch (null: all rows in one batch)
   --trainer.max_epochs N    epochs (passes, for pass-based solvers)
   --print_config            print the resolved config and exit

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import io
 import os
 import shutil
@@ -37,8 +38,16 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .._validation import InputError, NotFittedError, check_finite, existing_file, fail
-from ..data.files import CHUNK_ROWS, csv_layout, iter_csv, read_table
+from .._validation import InputError, NotFittedError, check_finite, existing_file, fail, optional_import
+from ..data.files import (
+    CHUNK_ROWS,
+    TABLE_SUFFIXES,
+    csv_layout,
+    frame_columns,
+    iter_csv,
+    iter_frames,
+    read_table,
+)
 from ..data.out_of_core import npz_row_blocks
 from .checkpoints import checkpoint_bytes, model_checkpoint_of, read_checkpoint
 
@@ -309,10 +318,13 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
 
     Features are standardized as in training; a model trained with an offset column
     adds the input's column of that name to eta (``eta = x W^T + b + offset``),
-    unstandardized, as in training. Classifiers get one probability
-    column per class ``p_0..p_{K-1}`` and ``label``; regression models get
-    ``mean``. A ``.npz`` output holds arrays ``proba``/``label`` (or ``mean``);
-    anything else is written as CSV, atomically.
+    unstandardized, as in training. A model trained on a table with categorical
+    columns or imputed cells applies its stored encoding (:class:`~.features.FeatureSpec`).
+    Classifiers get one probability column per class ``p_<class>`` (``p_0..p_{K-1}``
+    for labels that were the codes) and ``label`` (the training file's labels);
+    regression models get ``mean``. The output's suffix picks its format: ``.csv``,
+    ``.tsv``, ``.parquet`` (columns) or ``.npz`` (arrays ``proba``/``label``, or
+    ``mean``); it is written atomically.
 
     Raises:
         InputError: an unreadable checkpoint or input, a checkpoint that holds
@@ -328,8 +340,11 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
     # code: the bytes read once, checked, and loaded (weights_only=True)
     data = checkpoint_bytes(ckpt_path)
     ckpt = read_checkpoint(data, ckpt_path)
-    # the data module's state names its offset column (checkpoints before it: none)
-    offset_name = (ckpt.get(GLMDataModule.__qualname__) or {}).get("offset_column")
+    # the data module's state names its offset column, its fitted feature spec and
+    # the class labels (checkpoints before them: none)
+    dm_state = ckpt.get(GLMDataModule.__qualname__) or {}
+    offset_name = dm_state.get("offset_column")
+    spec_state, classes = dm_state.get("features"), dm_state.get("classes")
     try:
         task = GLMTask.load_from_checkpoint(io.BytesIO(data), map_location="cpu")
     except (TypeError, KeyError, RuntimeError, ValueError, argparse.ArgumentError) as err:
@@ -343,16 +358,26 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
     out = Path(output)
     if out.is_dir():
         raise fail("output", "a file path", f"'{out}' (a directory)")
-    blocks = iter_inputs(input, task.feature_names, offset_name, header, CHUNK_ROWS)
+    suffix = out.suffix.lower()
+    if suffix not in WRITERS:
+        raise fail(
+            "output", f"a file ending in one of {list(WRITERS)} (the suffix picks the format)", f"'{out}'"
+        )
+    if spec_state is not None:
+        from .features import FeatureSpec
+
+        blocks = iter_table_inputs(input, FeatureSpec.from_state(spec_state), offset_name, CHUNK_ROWS)
+    else:
+        blocks = iter_inputs(input, task.feature_names, offset_name, header, CHUNK_ROWS)
     # The first block is read (and checked) before anything is created.
-    first = _predict_block(task, *next(blocks), offset_name, 0)
-    writer = (_NpzWriter if out.suffix.lower() == ".npz" else _CsvWriter)(out)
+    first = _predict_block(task, *next(blocks), offset_name, 0, classes)
+    writer = WRITERS[suffix](out)
     try:
         try:
             writer.write(first)
             n_rows = len(next(iter(first.values())))
             for x_np, offset_np in blocks:
-                block = _predict_block(task, x_np, offset_np, offset_name, n_rows)
+                block = _predict_block(task, x_np, offset_np, offset_name, n_rows, classes)
                 writer.write(block)
                 n_rows += len(x_np)
             writer.commit()
@@ -363,10 +388,55 @@ def predict(ckpt_path: str | Path, input: str | Path, output: str | Path, header
     return out
 
 
-def _predict_block(task, x_np: np.ndarray, offset_np, offset_name, first_row: int) -> dict[str, np.ndarray]:
-    """The output columns for one block of rows: ``p_k`` and ``label`` (classifiers) or
-    ``mean``, checked as in training (``first_row``: the block's first row in the input,
-    for the messages)."""
+def iter_table_inputs(path, spec, offset: str | None, chunk_rows: int | None = CHUNK_ROWS):
+    """The model's features and offset of a CSV/TSV/Parquet file's rows through the
+    model's fitted :class:`~.features.FeatureSpec` (its categories and fill values),
+    ``chunk_rows`` rows at a time. The columns are checked before the first block.
+
+    Raises:
+        InputError: another kind of file, a missing column, a missing cell where the
+            model imputes nothing, text in a numeric column, a level unseen in training.
+    """
+    from .features import numeric_column
+
+    path = Path(path)
+    if path.suffix.lower() not in TABLE_SUFFIXES and path.is_file():
+        raise fail(
+            "input",
+            f"a {'/'.join(TABLE_SUFFIXES)} table with the model's columns {_names(spec.columns)} "
+            "(the model was trained on a table with categories or imputed cells)",
+            f"'{path}'",
+        )
+    names = frame_columns(path, "input")
+    needed = spec.columns + ([offset] if offset is not None else [])
+    missing = [n for n in needed if n not in names]
+    if missing:
+        if offset in missing and len(missing) == 1:
+            raise _missing_offset(path, offset, names)
+        raise fail(
+            "input",
+            f"the model's input columns {_names(spec.columns)} (by name)",
+            f"'{path}' with columns {_names(names)}, missing {_names(missing)}",
+        )
+    return _table_blocks(path, spec, offset, chunk_rows, numeric_column)
+
+
+def _table_blocks(path, spec, offset, chunk_rows, numeric_column):
+    where = f"input '{path}'"
+    for frame in iter_frames(path, "input", chunk_rows):
+        first = int(frame.index[0])
+        x = spec.transform(frame, where, first)
+        o = None if offset is None else numeric_column(frame[offset], where, offset, first)
+        yield x, o
+
+
+def _predict_block(
+    task, x_np: np.ndarray, offset_np, offset_name, first_row: int, classes: list | None = None
+) -> dict[str, np.ndarray]:
+    """The output columns for one block of rows: ``p_<class>`` and ``label``
+    (classifiers; the training file's own labels when they were not the codes
+    ``0..K-1``: ``classes``) or ``mean``, checked as in training (``first_row``: the
+    block's first row in the input, for the messages)."""
     x = torch.as_tensor(x_np, dtype=torch.float64)
     check_finite("X", x, first_row)
     offset = None
@@ -384,13 +454,17 @@ def _predict_block(task, x_np: np.ndarray, offset_np, offset_name, first_row: in
     mu, label = family.mean(eta), family.predict(eta)
     if family.is_classifier:
         proba = mu if mu.dim() == 2 else torch.stack([1 - mu, mu], dim=1)
-        return {f"p_{k}": proba[:, k].numpy() for k in range(proba.shape[1])} | {"label": label.numpy()}
+        names = classes if classes is not None else list(range(proba.shape[1]))
+        labels = label.numpy() if classes is None else np.asarray(classes)[label.numpy()]
+        return {f"p_{names[k]}": proba[:, k].numpy() for k in range(proba.shape[1])} | {"label": labels}
     return {"mean": mu.numpy()}
 
 
 class _CsvWriter:
     """Appends blocks of output columns to a temporary CSV; :meth:`commit` renames it
     onto the output (atomic on one file system), :meth:`discard` removes what is left."""
+
+    sep = ","
 
     def __init__(self, out: Path):
         self.out, self.tmp = out, out.with_name(f".{out.name}.tmp-{os.getpid()}")
@@ -399,12 +473,12 @@ class _CsvWriter:
     def write(self, columns: dict[str, np.ndarray]) -> None:
         if self.fh is None:
             self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.fh = open(self.tmp, "w")
-            self.fh.write(",".join(columns) + "\n")
+            self.fh = open(self.tmp, "w", newline="")
+            self.writer = csv.writer(self.fh, delimiter=self.sep, lineterminator="\n")
+            self.writer.writerow(columns)
         rows = zip(*(c.tolist() for c in columns.values()))
-        self.fh.writelines(
-            ",".join(repr(v) if isinstance(v, float) else str(v) for v in r) + "\n" for r in rows
-        )
+        # repr: every float's shortest round-trip digits; csv quotes a label that needs it
+        self.writer.writerows([repr(v) if isinstance(v, float) else v for v in r] for r in rows)
 
     def commit(self) -> None:
         self.fh.close()
@@ -417,6 +491,25 @@ class _CsvWriter:
                 self.fh.close()
         if self.tmp.is_file():
             self.tmp.unlink()
+
+
+class _TsvWriter(_CsvWriter):
+    sep = "\t"
+
+
+class _ParquetWriter(_CsvWriter):
+    """A Parquet file of the output columns (pyarrow), one row group per block."""
+
+    def write(self, columns: dict[str, np.ndarray]) -> None:
+        pa = optional_import("pyarrow", "writing Parquet predictions", "parquet")
+        pq = optional_import("pyarrow.parquet", "writing Parquet predictions", "parquet")
+        table = pa.table(
+            {k: pa.array(np.asarray(v).tolist() if v.dtype.kind == "U" else v) for k, v in columns.items()}
+        )
+        if self.fh is None:
+            self.out.parent.mkdir(parents=True, exist_ok=True)
+            self.fh = pq.ParquetWriter(self.tmp, table.schema)
+        self.fh.write_table(table)
 
 
 class _NpzWriter(_CsvWriter):
@@ -469,6 +562,10 @@ class _NpzWriter(_CsvWriter):
             path.unlink(missing_ok=True)
         if self.tmp.is_file():
             self.tmp.unlink()
+
+
+#: ``--output`` suffix -> writer.
+WRITERS = {".csv": _CsvWriter, ".tsv": _TsvWriter, ".parquet": _ParquetWriter, ".npz": _NpzWriter}
 
 
 def check_trained(task, ckpt_path: str | Path) -> None:
@@ -530,7 +627,7 @@ def predict_main(argv: list[str]) -> int:
     which.add_argument("--run_dir", help="a finished run's directory: its model.ckpt is used")
     which.add_argument("--ckpt_path", help="a checkpoint written by train.py (e.g. RUN/model.ckpt)")
     parser.add_argument("--input", required=True, help="CSV/NPZ/NPY file with the feature columns")
-    parser.add_argument("--output", required=True, help="output file (.csv or .npz)")
+    parser.add_argument("--output", required=True, help="output file (.csv, .tsv, .parquet or .npz)")
     parser.add_argument(
         "--header",
         action=argparse.BooleanOptionalAction,

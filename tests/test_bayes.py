@@ -1,5 +1,5 @@
 """Bayesian GLM classifiers against closed forms, numerical integration, scikit-learn
-and Monte Carlo (seed 000 "Bayesian logistic regression"; seed 003 "Prior?")."""
+and Monte Carlo (the lecture notes on probabilistic classification, §12 and §14; Bishop PRML §4.5)."""
 
 import math
 
@@ -65,7 +65,7 @@ def _closed_form_hessian(kind, x, y, theta):
     eta = xt @ theta
     if kind == "logistic":
         s = 1 / (1 + np.exp(-eta))
-        h = s * (1 - s)  # seed 003: sigma (1 - sigma)
+        h = s * (1 - s)  # sigma (1 - sigma): the lecture notes, §14; PRML eq. 4.143
     else:
         from scipy.stats import norm
 

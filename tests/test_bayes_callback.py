@@ -79,7 +79,7 @@ def test_saved_posterior_is_the_closed_form_laplace(run_dir):
     b = saved["state_dict"]["model.linear.bias"]
     torch.testing.assert_close(post.mean, torch.cat([w, b]))
     torch.testing.assert_close(saved["bayes_posterior"]["laplace"]["covariance"], post.covariance)
-    # H = sum_i s_i (1 - s_i) x~_i x~_i^T + diag(1/lambda, 1/lambda, 0)   (seed 003)
+    # H = sum_i s_i (1 - s_i) x~_i x~_i^T + diag(1/lambda, 1/lambda, 0)   (lecture notes §14)
     xt = np.hstack([x.numpy(), np.ones((len(x), 1))])
     s = 1 / (1 + np.exp(-(xt @ post.mean.numpy())))
     H = (xt * (s * (1 - s))[:, None]).T @ xt + np.diag([1 / post.prior.variance] * 2 + [0.0])

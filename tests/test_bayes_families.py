@@ -1,5 +1,5 @@
-"""The Laplace posterior, its evidence and the choice of ``lambda`` for every family
-(issue 23): exact for the Gaussian with the identity link (PRML 3.53-3.54, 3.86; alpha and
+"""The Laplace posterior, its evidence and the choice of ``lambda`` for every family:
+exact for the Gaussian with the identity link (PRML 3.53-3.54, 3.86; alpha and
 beta by 3.92 and 3.95, scikit-learn's BayesianRidge), the Laplace approximation for Poisson
 checked against numerical integration."""
 

@@ -1,4 +1,5 @@
-"""Links, families and the single-layer models against the seeds' closed forms."""
+"""Links, families and the single-layer models against the closed forms of the lecture notes on
+probabilistic classification."""
 
 import math
 
@@ -75,8 +76,9 @@ def _randomize(model, seed=1):
     return model
 
 
-def test_logistic_gradient_is_seed_closed_form():
-    # dE/dw = sum_i (y_i - t_i) x_i  (seed 000), on the summed NLL.
+def test_logistic_gradient_is_the_closed_form():
+    # dE/dw = sum_i (y_i - t_i) x_i on the summed NLL (the lecture notes on probabilistic
+    # classification, §7; Bishop PRML eq. 4.91).
     x, t = _data()
     m = _randomize(LogisticRegression(3))
     loss = m.loss(x, t) * x.shape[0]
@@ -86,8 +88,8 @@ def test_logistic_gradient_is_seed_closed_form():
     assert torch.allclose(m.linear.bias.grad.squeeze(0), (y - t).sum(), atol=1e-10)
 
 
-def test_softmax_gradient_is_seed_closed_form():
-    # dE/dw_j = sum_i (y_ij - t_ij) x_i  (seed 000).
+def test_softmax_gradient_is_the_closed_form():
+    # dE/dw_j = sum_i (y_ij - t_ij) x_i (the lecture notes, §10; Bishop PRML eq. 4.109).
     x, t = _data(k=4)
     m = _randomize(SoftmaxRegression(3, 4))
     (m.loss(x, t) * x.shape[0]).backward()

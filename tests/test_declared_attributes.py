@@ -1,4 +1,4 @@
-"""Links and families declare what the rest of the library branches on (issue 12):
+"""Links and families declare what the rest of the library branches on:
 the declarations are checked here against the implementations, for every entry of
 the registries, so a new link or family is checked for free."""
 

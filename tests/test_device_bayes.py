@@ -1,4 +1,4 @@
-"""Issue 15's device-parametrized tests for the Bayesian layer (``cpu``, and ``cuda``
+"""Device-parametrized tests for the Bayesian layer (``cpu``, and ``cuda``
 when present): the Laplace and variational posteriors, the predictive and the evidence
 fixed point run where the data are, and on an accelerator equal the CPU results."""
 

@@ -1,4 +1,4 @@
-"""Issue 15's device-parametrized tests for the generative models (``cpu``, and ``cuda``
+"""Device-parametrized tests for the generative models (``cpu``, and ``cuda``
 when present): every model fits where its data are, keeps its statistics, predictions,
 samples and implied linear model there in the data's dtype, and on an accelerator
 agrees with the CPU fit (the discriminative models: tests/test_device_passes.py)."""

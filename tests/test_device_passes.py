@@ -1,4 +1,4 @@
-"""Device-aware passes, proved without a GPU (issue 15).
+"""Device-aware passes, proved without a GPU.
 
 * On an accelerator a pass is chunked by a memory budget (``_chunk_rows``: 2^26
   elements per product), not by the CPU cache: the number of matrix products in one

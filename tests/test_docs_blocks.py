@@ -1,4 +1,4 @@
-"""Issue 13, part 4: every ```python block in README.md and docs/*.md runs.
+"""Every ```python block in README.md and docs/*.md runs.
 
 The blocks of one file run in order in one namespace (a later block may use an
 earlier one's names), in a temporary working directory (blocks write files such as

@@ -1,4 +1,4 @@
-"""torchglm.training.features: the one home of standardize -> basis (issue 12)."""
+"""torchglm.training.features: the one home of standardize -> basis."""
 
 import torch
 

@@ -1,4 +1,4 @@
-"""FitResult.extra is typed (FitExtra) and still reads like the dict it replaces (issue 12)."""
+"""FitResult.extra is typed (FitExtra) and still reads like the dict it replaces."""
 
 import dataclasses
 

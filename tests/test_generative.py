@@ -1,7 +1,8 @@
 """Generative classifiers: the shared base contract (every subclass) and GDA.
 
 References: scikit-learn's LinearDiscriminantAnalysis(solver="lsqr") and
-QuadraticDiscriminantAnalysis on its shipped datasets, closed forms of seed 000,
+QuadraticDiscriminantAnalysis on its shipped datasets, the closed forms of the lecture notes
+on probabilistic classification, §3 and §4 (Bishop PRML §4.2.1–4.2.2),
 and the one-batch fit for batch-split invariance.
 """
 
@@ -277,8 +278,9 @@ def test_to_linear_refuses_quadratic_models(cls):
         model.to_linear()
 
 
-def test_lda_to_linear_is_the_seed_formula():
-    """w = Sigma^{-1}(mu_1 - mu_0), w0 = 1/2 (mu_0' S^-1 mu_0 - mu_1' S^-1 mu_1) + log pi_1/pi_0."""
+def test_lda_to_linear_is_the_closed_form():
+    """w = Sigma^{-1}(mu_1 - mu_0), w0 = 1/2 (mu_0' S^-1 mu_0 - mu_1' S^-1 mu_1) + log pi_1/pi_0
+    (the lecture notes, §3; Bishop PRML eqs. 4.66-4.67)."""
     model, _, _ = _fitted(LinearDiscriminantAnalysis, k=2)
     mu0, mu1 = model.means.numpy()
     s_inv = np.linalg.inv(model.covariance.numpy())
@@ -322,7 +324,7 @@ def test_lda_fixed_priors_match_sklearn():
     model = LinearDiscriminantAnalysis(4, 3, priors=priors)
     model.fit(xt, yt)
     # sklearn pools the class covariances with the given priors as weights, the
-    # seed's MLE with n_k / n; given sklearn's pooled covariance the posteriors agree.
+    # MLE (the lecture notes, §4) with n_k / n; given sklearn's pooled covariance the posteriors agree.
     assert not np.allclose(model.covariance.numpy(), ref.covariance_)
     model.covariance.copy_(torch.tensor(ref.covariance_))
     model.scale_tril.copy_(torch.linalg.cholesky(model.covariance))
@@ -365,8 +367,8 @@ def test_gda_log_density_is_the_gaussian_mixture():
     torch.testing.assert_close(shared.log_prob(x), expected, rtol=1e-10, atol=1e-10)
 
 
-def test_gda_mle_is_the_seed_formula():
-    """pi_k = n_k/n, mu_k = class mean, Sigma = sum_k (n_k/n) S_k (seed 000)."""
+def test_gda_mle_is_the_closed_form():
+    """pi_k = n_k/n, mu_k = class mean, Sigma = sum_k (n_k/n) S_k (the lecture notes, §4; PRML §4.2.2)."""
     x, y = _gaussian_data(n=301)
     model = LinearDiscriminantAnalysis(4, 3)
     model.fit(x, y)
@@ -387,7 +389,7 @@ def test_gda_mle_is_the_seed_formula():
 def test_parameter_counts(d, k):
     lda = LinearDiscriminantAnalysis(d, k)
     qda = QuadraticDiscriminantAnalysis(d, k)
-    if k == 2:  # the seed's counts
+    if k == 2:  # the lecture notes' counts (§7, "Degrees of freedom")
         assert lda.n_parameters == d * (d + 5) // 2 + 1
         assert qda.n_parameters == d * (d + 3) + 1
     assert lda.n_parameters == k * d + d * (d + 1) // 2 + k - 1

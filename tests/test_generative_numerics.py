@@ -1,4 +1,4 @@
-"""Numerics of the generative classifiers (issue 11, parts 3 and 4).
+"""Numerics of the generative classifiers.
 
 * Offsets: Gaussian statistics are centred sums (never ``E[x^2] - mu^2``), so adding a
   constant to every feature changes no probability beyond the rounding of ``x`` itself;
@@ -263,7 +263,7 @@ def test_rows_sum_to_one_at_extreme_inputs(cls):
 
 
 def test_lda_at_1e17_is_the_linear_model():
-    # Shared Sigma: the posterior is softmax(W x + b) (seed 000), which at |x| ~ 1e17
+    # Shared Sigma: the posterior is softmax(W x + b) (lecture notes §3), which at |x| ~ 1e17
     # saturates; the |x|^2 term that used to swamp W x is dropped before normalizing.
     x, y = _gaussian()
     model = _fit(LinearDiscriminantAnalysis, x, y)

@@ -1,4 +1,4 @@
-"""The statistician's GLM (issue 23): robust covariances, predictions with intervals,
+"""The statistician's GLM: robust covariances, predictions with intervals,
 residuals, leverage and Cook's distance, likelihood-ratio and Wald tests, confidence
 intervals and the coefficient DataFrame, each against statsmodels (or R's definition
 computed from statsmodels' pieces where statsmodels differs) for every (family, link).

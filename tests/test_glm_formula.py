@@ -1,4 +1,4 @@
-"""The formula interface ``torchglm.glm`` (issue 23): formulaic's design matrices, the
+"""The formula interface ``torchglm.glm``: formulaic's design matrices, the
 coefficients named by its columns, statsmodels' ``smf.glm`` numbers on the same data,
 prediction on new data through the same encoding, and one clear error for an unseen
 level or a missing value."""

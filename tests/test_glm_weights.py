@@ -1,4 +1,4 @@
-"""Frequency and variance (prior) weights in ``fit_glm`` and ``torchglm.glm`` (issue 23):
+"""Frequency and variance (prior) weights in ``fit_glm`` and ``torchglm.glm``:
 statsmodels' ``GLM(freq_weights=..., var_weights=...)`` numbers, R's ``glm(weights=)``
 closed form (weighted least squares on ``n - p`` residual degrees of freedom), and
 ``weight`` kept as the frequency weights it always was."""

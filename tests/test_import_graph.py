@@ -1,4 +1,4 @@
-"""The package's import graph has no cycles (issue 12): every ``import`` and
+"""The package's import graph has no cycles: every ``import`` and
 ``from ... import`` of a torchglm module, at module level or inside a function (a
 lazy import hides a cycle from the interpreter, not from the design), read from
 the source with :mod:`ast`."""

@@ -1,4 +1,4 @@
-"""The intercept-only (null) model with offsets is fitted by the solvers (issue 12):
+"""The intercept-only (null) model with offsets is fitted by the solvers:
 its intercept minimizes sum_i s_i nll(b + offset_i, y_i) (checked by a 1-D search)."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""The (family, link) pairs R and statsmodels fit beyond the canonical ones (issue 16),
+"""The (family, link) pairs R and statsmodels fit beyond the canonical ones,
 each fitted by Newton and compared with statsmodels' GLM (IRLS, expected information)
 on data simulated where the MLE exists: params, bse, deviance, llf."""
 

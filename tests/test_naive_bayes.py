@@ -248,8 +248,9 @@ def test_parameter_counts(cls, expected):
     assert cls(64, 10).n_parameters == expected
 
 
-def test_multinomial_to_linear_is_the_seed_002_formula(digits):
-    """w_k = log theta_1k - log theta_0k, w_0 = log pi_1 - log pi_0 (seed 002)."""
+def test_multinomial_to_linear_is_the_log_ratio_of_theta(digits):
+    """w_k = log theta_1k - log theta_0k, w_0 = log pi_1 - log pi_0 (the lecture notes on
+    probabilistic classification, §13)."""
     x, y = digits
     keep = y < 2
     model = MultinomialNB(64, 2, alpha=0.5)

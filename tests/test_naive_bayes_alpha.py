@@ -1,4 +1,4 @@
-"""MultinomialNB with one smoothing value per feature (issue 16), against scikit-learn's
+"""MultinomialNB with one smoothing value per feature, against scikit-learn's
 MultinomialNB(alpha=array, force_alpha=True), and one InputError per malformed alpha."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""No solver claims an optimum that does not exist (issue 22, items 2 and 3).
+"""No solver claims an optimum that does not exist.
 
 Where the unpenalized maximum-likelihood estimate does not exist -- separated classes
 (digits, iris, a separable binary problem under every link), every count 0 (Poisson),

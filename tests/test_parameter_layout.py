@@ -1,5 +1,5 @@
 """The GLM owns its parameter layout: one linear predictor for forward, inference and
-the Bayesian code, and one list of coefficient names (issue 12)."""
+the Bayesian code, and one list of coefficient names."""
 
 import pytest
 import torch
@@ -79,7 +79,7 @@ def test_accessors_are_views_of_the_layout():
 
 
 def test_only_models_read_the_linear_layer():
-    """Issue 12: the GLM owns its parameter layout; every other module reads it
+    """The GLM owns its parameter layout; every other module reads it
     through the accessors (``coef``, ``intercept``, ``has_intercept``, ``param_dtype``,
     ``param_device``, ``n_weights``, ``flat_parameters``...), never ``.linear.weight``
     or ``.linear.bias``."""

@@ -1,4 +1,4 @@
-"""The public API (issue 12): every name a module lists in ``__all__`` exists, for
+"""The public API: every name a module lists in ``__all__`` exists, for
 ``torchglm`` and each of its submodules, and the names the README and docs use are
 reachable where they say (a refactor that moves a name must keep the old path)."""
 

@@ -1,4 +1,4 @@
-"""Issue 14: the console (quiet by default, -v), --help, the torchglm entry point,
+"""The console (quiet by default, -v), --help, the torchglm entry point,
 predict's input handling and what a run logs to TensorBoard."""
 
 import json

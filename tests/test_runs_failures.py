@@ -1,4 +1,4 @@
-"""Issue 14's failure paths of train.py / torchglm: each gives one ``error: ...`` line,
+"""The failure paths of train.py / torchglm: each gives one ``error: ...`` line,
 exit status 2, and leaves the run directory exactly as it was before the command."""
 
 import os
@@ -347,7 +347,7 @@ def test_two_concurrent_runs(tmp_path):
     assert sorted(p.name for p in run.rglob("*.ckpt")) == ["last.ckpt", "model.ckpt"]
 
 
-# -- issue 22 item 4: predict trusts only a fitted, finite model; no unfitted model.ckpt ---------
+# -- predict trusts only a fitted, finite model; no unfitted model.ckpt -----------------------
 
 
 def _predict_edited(tmp_path, ckpt: dict) -> tuple[int, Path, Path]:

@@ -1,4 +1,4 @@
-"""Out-of-core batch sources and process sharding (issue: scale)."""
+"""Out-of-core batch sources and process sharding."""
 
 import numpy as np
 import pandas as pd

@@ -1,4 +1,4 @@
-"""Issue 13, part 2-3: torchglm.sklearn estimators wrap the same models and solvers,
+"""torchglm.sklearn estimators wrap the same models and solvers,
 match scikit-learn / statsmodels on the same data, and work in Pipeline,
 GridSearchCV, cross_val_score, clone and pickle."""
 

@@ -1,4 +1,4 @@
-"""Issue 13, part 1: the core API takes NumPy arrays, pandas DataFrames/Series,
+"""The core API takes NumPy arrays, pandas DataFrames/Series,
 scipy.sparse matrices and lists, converted once at the boundary; results equal the
 tensor path's bit for bit, DataFrame columns name the coefficients, outputs are
 detached, and a float64 array works with a float32 model."""

@@ -1,4 +1,4 @@
-"""Issue 13, part 3: scikit-learn's own estimator checks (the installed version) on
+"""Scikit-learn's own estimator checks (the installed version) on
 every torchglm.sklearn estimator, and on the non-default variants that change what
 is checked (another link, a regression family with positive targets, a first-order
 solver, regularized discriminant analysis). The known exceptions, each with its

@@ -231,8 +231,9 @@ def test_first_order_reach_the_same_optimum_all_families(family, link, solver):
 
 
 def test_sgd_like_fixed_step_gradient_descent():
-    """The seed's update w <- w - alpha g with a fixed alpha reaches the Newton optimum
-    (its own phase takes only fixed steps; the verifying Newton finish follows it)."""
+    """The update w <- w - alpha g of the lecture notes on probabilistic classification, §7, with a
+    fixed alpha reaches the Newton optimum (its own phase takes only fixed steps; the verifying
+    Newton finish follows it)."""
     x, y = breast_cancer((0, 1))
     m, ref = LogisticRegression(2, l2=1e-2), LogisticRegression(2, l2=1e-2)
     r = fit(m, x, y, solver="gd", lr=1.0, gtol=1e-10)
@@ -266,8 +267,9 @@ def test_newton_and_irls_differ_for_probit_but_meet():
     assert torch.allclose(flat_parameters(m1), flat_parameters(m2), rtol=1e-9)
 
 
-def test_irls_step_is_seed_weighted_least_squares():
-    """One IRLS step lands on (X~^T Psi X~)^{-1} X~^T Psi z (seed 000), computed with numpy."""
+def test_irls_step_is_weighted_least_squares():
+    """One IRLS step lands on (X~^T Psi X~)^{-1} X~^T Psi z (the lecture notes on probabilistic
+    classification, §8; Bishop PRML eq. 4.99), computed with numpy."""
     x, y = spector()
     m = ProbitRegression(3)
     theta0 = torch.tensor([0.2, -0.01, 0.5, -1.0])

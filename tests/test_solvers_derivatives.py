@@ -70,8 +70,9 @@ def test_matches_autograd_over_all_parameters(family, link, fit_intercept):
     assert len(parameter_names(m)) == theta.numel()
 
 
-def test_logistic_closed_forms_of_seeds_000_003():
-    """grad = X~^T (y - t) / n + l2 [w, 0];  H = X~^T Y X~ / n + l2 diag([1, 0])."""
+def test_logistic_closed_forms():
+    """grad = X~^T (y - t) / n + l2 [w, 0];  H = X~^T Y X~ / n + l2 diag([1, 0]) (the lecture notes
+    on probabilistic classification, §8 and §14; Bishop PRML eqs. 4.96-4.97)."""
     m, x, t, _ = _model_and_data("bernoulli", "logit", n=60, d=4, l2=0.25)
     loss, g, H = hessian_and_gradient(m, TensorBatches(x, t, batch_size=13))
     n = x.shape[0]
@@ -85,8 +86,8 @@ def test_logistic_closed_forms_of_seeds_000_003():
     assert torch.allclose(H, H_ref, rtol=1e-12, atol=1e-15)
 
 
-def test_softmax_gradient_closed_form_of_seed_000():
-    """d E / d w_j = sum_i (y_ij - t_ij) x~_i / n for every class j."""
+def test_softmax_gradient_closed_form():
+    """d E / d w_j = sum_i (y_ij - t_ij) x~_i / n for every class j (the lecture notes, §10)."""
     m, x, t, _ = _model_and_data("categorical", "softmax", n=30, d=3, l2=0.0)
     _, g, _ = hessian_and_gradient(m, TensorBatches(x, t))
     n, K = x.shape[0], 4

@@ -1,4 +1,4 @@
-"""Trust in the solvers (issue 11): a fit that says ``converged=True`` is at the optimum,
+"""Trust in the solvers: a fit that says ``converged=True`` is at the optimum,
 whatever the scale of the columns, and separation is flagged by every solver.
 
 Every claimed optimum is verified independently (:func:`autograd_ref.assert_verified_optimum`:
@@ -311,7 +311,7 @@ def test_singular_to_working_precision_is_not_converged(solver, seed):
     """Columns equal up to 1e-8 (cond(X) ~ 1e8, so D H D is singular in float64) with
     the gradient far above rounding along the lost direction: the optimum there is not
     determined in float64. L-BFGS reported converged=True 7e-5 above it, Newton-CG
-    4.2e-10 (seed 0: its exact-Hessian check dropped a direction of gradient 2.1e-13,
+    4.2e-10 (seed=0: its exact-Hessian check dropped a direction of gradient 2.1e-13,
     below the old 1e3 eps rounding bound, but that gradient over a curvature below the
     cutoff still allows a decrease of 5e-12 > tol) and 5.7e-9 (seed 2: its line search
     stalled on a CG direction); now the fit ends unconverged with a ConvergenceWarning

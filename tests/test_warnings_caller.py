@@ -1,4 +1,4 @@
-"""Warnings point at the caller's line (issue 12), not inside torchglm, however deep in
+"""Warnings point at the caller's line, not inside torchglm, however deep in
 the package they arise (solvers, Naive Bayes, inference, the scikit-learn wrappers)."""
 
 import warnings

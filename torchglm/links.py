@@ -1,7 +1,7 @@
 """Link functions ``g``: ``eta = g(mu)``, ``mu = g^{-1}(eta)``.
 
-A GLM (seed 000, "Exponential families and GLM") predicts ``mu = E[y|x]`` through
-an activation ``f = g^{-1}`` applied to the linear predictor ``eta = w^T x + w0``.
+A GLM (the lecture notes on probabilistic classification, §6; McCullagh & Nelder §2.2.4) predicts
+``mu = E[y|x]`` through an activation ``f = g^{-1}`` applied to the linear predictor ``eta = w^T x + w0``.
 Each link is one small class; the registry :data:`LINKS` maps names to classes,
 so adding a link touches no other file.
 
@@ -126,7 +126,7 @@ class Identity(Link):
 
 
 class Logit(Link):
-    """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; seed 000).
+    """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; the lecture notes, §6).
 
     ``d sigma / d eta = sigma (1 - sigma) = sigma(eta) sigma(-eta)``.
     """
@@ -263,7 +263,7 @@ class _LogNdtr(_ElementwiseFunction):
 
 
 class Probit(Link):
-    """``mu = Phi(eta)``, the standard normal CDF (seed 000, "Probit regression").
+    """``mu = Phi(eta)``, the standard normal CDF (the lecture notes, §11; Bishop PRML §4.3.5).
 
     The outputs of a probit model are probits, not logits. ``log mu`` and
     ``log(1 - mu) = log Phi(-eta)`` carry stable first and second derivatives
@@ -336,7 +336,7 @@ class CLogLog(Link):
 
 
 class Log(Link):
-    """``mu = exp(eta)`` (canonical for Poisson; seed 000, Poisson regression)."""
+    """``mu = exp(eta)`` (canonical for Poisson; the lecture notes, §6)."""
 
     name = "log"
 
@@ -392,7 +392,7 @@ class Inverse(Link):
 
 
 class NegativeReciprocal(Link):
-    """``mu = -1 / eta`` (seed 000's exponential regression: theta = -lambda, y = -1/theta).
+    """``mu = -1 / eta`` (the lecture notes, §6: exponential regression, theta = -lambda, y = -1/theta).
 
     Defined for eta < 0 so that the mean ``mu = 1/lambda`` is positive.
     """
@@ -420,7 +420,7 @@ class NegativeReciprocal(Link):
 
 
 class Softmax(Link):
-    """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (seed 000).
+    """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (the lecture notes, §10).
 
     The canonical (multi-output) link of the categorical family. Its "link" maps
     probabilities to log-probabilities, defined up to an additive constant per row.

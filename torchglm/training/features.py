@@ -1,6 +1,7 @@
 """The features a ``train.py`` model sees, in one place: raw columns -> standardized
 ``z = (x - mean) / scale`` (the training split's statistics) -> the optional fixed
-basis ``phi(z)`` (seed 004: the model is linear in ``phi``, not in ``x``).
+basis ``phi(z)`` (the lecture notes on probabilistic classification, §15: the model is linear in
+``phi``, not in ``x``).
 
 The data module standardizes its splits with :func:`standardization` and
 :func:`standardize`; the task keeps the statistics and the basis with its weights

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from graph_replay import RecordedGraph
 from pytorch_lightning.loggers import CSVLogger
-from test_sgd_blocks import _state
+from run_util import TINY, fit_state, run_train_py
 
 from torchglm import InputError, LogisticRegression, PerformanceWarning, SoftmaxRegression
 from torchglm.training import GLMDataModule, GLMTask
@@ -92,7 +92,7 @@ def _logged_steps(tmp_path, version):
 
 
 def _assert_same_fit(a, b):
-    sa, sb = _state(*a[:2]), _state(*b[:2])
+    sa, sb = fit_state(*a[:2]), fit_state(*b[:2])
     assert sa.keys() == sb.keys()
     for name in sa:
         assert torch.equal(sa[name], sb[name]), name
@@ -232,9 +232,8 @@ def test_cuda_graphs_take_the_uncaptured_steps_on_a_gpu(tmp_path, optimizer):
 
 
 def test_train_py_runs_a_cuda_graphs_config_uncaptured_on_a_cpu_with_one_line(tmp_path):
-    from test_runs_console import TINY, _run
 
-    proc = _run(
+    proc = run_train_py(
         "--config", TINY, "--model.cuda_graphs", "true", "--run_dir", str(tmp_path / "run"), cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr

@@ -17,6 +17,7 @@ import torch
 from sklearn import datasets as skdata
 from sklearn import discriminant_analysis as skda
 
+from data_util import gaussian_classes, poisson_counts
 from torchglm import InputError, LogisticRegression, NotFittedError, NumericalWarning, SoftmaxRegression
 from torchglm.data.batches import Batch
 from torchglm.models import (
@@ -41,21 +42,6 @@ def _all_subclasses(cls):
     return out
 
 
-def _gaussian_data(n=300, d=4, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    means = 2.0 * torch.randn(k, d, generator=g)
-    x = means[y] + torch.randn(n, d, generator=g) @ torch.tensor(np.diag(np.linspace(0.5, 1.5, d)))
-    return x, y
-
-
-def _count_data(n=300, d=6, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    rates = 0.5 + 3 * torch.rand(k, d, generator=g)
-    return torch.poisson(rates[y], generator=g), y
-
-
 def _binary_data(n=300, d=6, k=3, seed=0):
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % k
@@ -65,12 +51,12 @@ def _binary_data(n=300, d=6, k=3, seed=0):
 
 #: one data maker per concrete generative classifier (a new model must add itself here).
 DATA = {
-    GaussianDiscriminantAnalysis: _gaussian_data,
-    LinearDiscriminantAnalysis: _gaussian_data,
-    QuadraticDiscriminantAnalysis: _gaussian_data,
-    GaussianNB: _gaussian_data,
-    MultinomialNB: _count_data,
-    PoissonNB: _count_data,
+    GaussianDiscriminantAnalysis: gaussian_classes,
+    LinearDiscriminantAnalysis: gaussian_classes,
+    QuadraticDiscriminantAnalysis: gaussian_classes,
+    GaussianNB: gaussian_classes,
+    MultinomialNB: poisson_counts,
+    PoissonNB: poisson_counts,
     BernoulliNB: _binary_data,
 }
 MODELS = sorted(DATA, key=lambda c: c.__name__)
@@ -369,7 +355,7 @@ def test_gda_log_density_is_the_gaussian_mixture():
 
 def test_gda_mle_is_the_closed_form():
     """pi_k = n_k/n, mu_k = class mean, Sigma = sum_k (n_k/n) S_k (the lecture notes, §4; PRML §4.2.2)."""
-    x, y = _gaussian_data(n=301)
+    x, y = gaussian_classes(n=301)
     model = LinearDiscriminantAnalysis(4, 3)
     model.fit(x, y)
     n = len(y)
@@ -398,7 +384,7 @@ def test_parameter_counts(d, k):
 
 # -- singular covariances ------------------------------------------------------------
 def test_too_few_samples_per_class_falls_back_with_a_warning():
-    x, y = _gaussian_data(n=9, d=5, k=3)  # 3 samples per class, 5 features
+    x, y = gaussian_classes(n=9, d=5, k=3)  # 3 samples per class, 5 features
     model = QuadraticDiscriminantAnalysis(5, 3)
     with pytest.warns(NumericalWarning, match="singular"):
         model.fit(x, y)
@@ -411,7 +397,7 @@ def test_too_few_samples_per_class_falls_back_with_a_warning():
 
 
 def test_constant_feature_falls_back_with_a_warning():
-    x, y = _gaussian_data()
+    x, y = gaussian_classes()
     x[:, 2] = 1.5
     for cls in (LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis):
         model = cls(4, 3)
@@ -424,7 +410,7 @@ def test_constant_feature_falls_back_with_a_warning():
 
 
 def test_single_sample_class_and_all_constant_data():
-    x, y = _gaussian_data(n=30, d=3, k=2)
+    x, y = gaussian_classes(n=30, d=3, k=2)
     y[0] = 2
     model = QuadraticDiscriminantAnalysis(3, 3)
     with pytest.warns(NumericalWarning):

@@ -32,6 +32,7 @@ from torchglm.models import (
 )
 from torchglm.solvers.base import run_passes
 
+from data_util import gaussian_classes, poisson_counts
 from dist_util import run_distributed
 
 GAUSSIAN = [GaussianNB, LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis]
@@ -42,21 +43,6 @@ SKLEARN = {
 }
 
 
-def _gaussian(n=300, d=4, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    means = 2.0 * torch.randn(k, d, generator=g, dtype=torch.float64)
-    x = means[y] + torch.randn(n, d, generator=g, dtype=torch.float64) * torch.linspace(0.5, 1.5, d)
-    return x, y
-
-
-def _counts(n=300, d=6, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    rates = 0.5 + 3 * torch.rand(k, d, generator=g, dtype=torch.float64)
-    return torch.poisson(rates[y], generator=g), y
-
-
 def _binary(n=300, d=6, k=3, seed=0):
     g = torch.Generator().manual_seed(seed)
     y = torch.arange(n) % k
@@ -65,11 +51,11 @@ def _binary(n=300, d=6, k=3, seed=0):
 
 
 DATA = {
-    GaussianNB: _gaussian,
-    LinearDiscriminantAnalysis: _gaussian,
-    QuadraticDiscriminantAnalysis: _gaussian,
-    MultinomialNB: _counts,
-    PoissonNB: _counts,
+    GaussianNB: gaussian_classes,
+    LinearDiscriminantAnalysis: gaussian_classes,
+    QuadraticDiscriminantAnalysis: gaussian_classes,
+    MultinomialNB: poisson_counts,
+    PoissonNB: poisson_counts,
     BernoulliNB: _binary,
 }
 MODELS = sorted(DATA, key=lambda c: c.__name__)
@@ -89,7 +75,7 @@ def _row_sum_error(p: torch.Tensor) -> float:
 @pytest.mark.parametrize("offset", [1e3, 1e4, 1e6])
 @pytest.mark.parametrize("cls", GAUSSIAN)
 def test_common_offset_leaves_probabilities_unchanged(cls, offset):
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     plain = _fit(cls, x, y)
     # A float32 model (the library default) given float64 data: the offset data used
     # to lose every digit of the variance to E[x^2] - mu^2 in float32.
@@ -112,7 +98,7 @@ def test_common_offset_leaves_probabilities_unchanged(cls, offset):
 def test_float32_data_with_an_offset_fit_in_float32(cls):
     # float32 data stay float32 (no silent up- or down-cast), and the centred sums keep
     # the variance: the textbook E[x^2] - mu^2 is all rounding at an offset of 1e4.
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     plain = _fit(cls, x, y)
     model = _fit(cls, (x + 1e4).float(), y, dtype=torch.float32)
     assert model.dtype == torch.float32
@@ -126,7 +112,7 @@ def test_float32_data_with_an_offset_fit_in_float32(cls):
 @pytest.mark.parametrize("batch_size", [1, 7, 64])
 @pytest.mark.parametrize("cls", GAUSSIAN)
 def test_shifted_statistics_do_not_depend_on_the_batch_split(cls, batch_size):
-    x, y = _gaussian(n=257)
+    x, y = gaussian_classes(n=257)
     x = x + 1e6
     w = torch.rand(257, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.5
     one, split = cls(4, 3), cls(4, 3)
@@ -140,7 +126,7 @@ def test_shifted_statistics_do_not_depend_on_the_batch_split(cls, batch_size):
 def test_sorted_batches_with_a_class_missing_from_the_first_batch():
     # The shift of a class is taken from the first batch holding it: here class 2 only
     # appears in the last batch, and each batch's class mean is far from the overall one.
-    x, y = _gaussian(n=240)
+    x, y = gaussian_classes(n=240)
     order = torch.argsort(y * 1000 + x[:, 0])
     x, y = x[order] + 1e5, y[order]
     for cls in GAUSSIAN:
@@ -154,7 +140,7 @@ def test_sorted_batches_with_a_class_missing_from_the_first_batch():
 def _fit_shard(rank, world, name, empty_shard):
     torch.set_default_dtype(torch.float32)  # default models: the data set the precision
     cls = {"lda": LinearDiscriminantAnalysis, "qda": QuadraticDiscriminantAnalysis, "nb": GaussianNB}[name]
-    x, y = _gaussian(n=301)
+    x, y = gaussian_classes(n=301)
     order = torch.argsort(y, stable=True)  # sorted labels: some classes absent from a shard
     x, y = x[order] + 1e6, y[order]
     model = cls(4, 3)
@@ -265,7 +251,7 @@ def test_rows_sum_to_one_at_extreme_inputs(cls):
 def test_lda_at_1e17_is_the_linear_model():
     # Shared Sigma: the posterior is softmax(W x + b) (lecture notes §3), which at |x| ~ 1e17
     # saturates; the |x|^2 term that used to swamp W x is dropped before normalizing.
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     model = _fit(LinearDiscriminantAnalysis, x, y)
     probe = _extreme(LinearDiscriminantAnalysis, x)
     w, b = model._linear_parameters()
@@ -274,7 +260,7 @@ def test_lda_at_1e17_is_the_linear_model():
 
 
 def test_gaussian_nb_constant_features():
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     x[:, 2] = 5.0
     model = _fit(GaussianNB, x, y)
     ref = sknb.GaussianNB().fit(x.numpy(), y.numpy())
@@ -329,7 +315,7 @@ def test_1e160_is_right_or_a_clear_input_error(cls):
 
 
 def test_log_prob_overflow_is_an_input_error():
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     for cls in GAUSSIAN:
         model = _fit(cls, x, y)
         with pytest.raises(InputError, match="log p.x. is finite"):
@@ -337,7 +323,7 @@ def test_log_prob_overflow_is_an_input_error():
 
 
 def test_gda_base_class_matches_its_subclasses():
-    x, y = _gaussian()
+    x, y = gaussian_classes()
     for cov, cls in (("shared", LinearDiscriminantAnalysis), ("per_class", QuadraticDiscriminantAnalysis)):
         base = GaussianDiscriminantAnalysis(4, 3, covariance=cov)
         base.fit(x + 1e4, y)

@@ -4,15 +4,14 @@ Fits use ``tol=1e-20`` (the Newton-decrement rule then stops at working precisio
 so that coefficients can be compared to 1e-6 relative.
 """
 
-import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from torch.autograd.functional import hessian as autograd_hessian
 
+from data_util import CASES, as_tensor, statsmodels_dataset, statsmodels_fit
 from torchglm import ConvergenceWarning, GeneralizedLinearModel, InputError, NumericalWarning
 from torchglm.data.batches import TensorBatches
 from torchglm.data.simulate import simulate_glm
@@ -20,8 +19,6 @@ from torchglm.families import FAMILIES
 from torchglm.inference import fit_glm, glm_results
 from torchglm.solvers.derivatives import hessian_and_gradient
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_inference import CASES, _dataset, _t, statsmodels_fit  # noqa: E402
 
 PAIRS = [(f, link) for f, cls in FAMILIES.items() if not cls.multi_output for link in cls.allowed_links]
 TIGHT = dict(tol=1e-20, gtol=1e-13)
@@ -56,10 +53,12 @@ def _theta(m):
     ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES if c[0] != "longley"],
 )
 def test_fit_matches_statsmodels_glm(dataset, family, link, smfam, fit_kw, solver):
-    X, y, w, off = _dataset(dataset)
+    X, y, w, off = statsmodels_dataset(dataset)
     r = statsmodels_fit(dataset, smfam, fit_kw)
-    m, fr = _fit(family, link, _t(X), _t(y), _t(w), _t(off), solver=solver)
-    res = glm_results(m, _t(X), _t(y), _t(w), _t(off), fit_result=fr, information="expected")
+    m, fr = _fit(family, link, as_tensor(X), as_tensor(y), as_tensor(w), as_tensor(off), solver=solver)
+    res = glm_results(
+        m, as_tensor(X), as_tensor(y), as_tensor(w), as_tensor(off), fit_result=fr, information="expected"
+    )
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
     for k in ("llf", "deviance", "null_deviance", "aic", "bic", "scale"):
@@ -72,7 +71,7 @@ def test_gaussian_longley_matches_statsmodels(link):
     # Longley's raw columns span 8 orders of magnitude (cond(X^T X) ~ 1e19 before
     # scaling); the columns are rescaled to unit standard deviation, which
     # statsmodels gets too, so the comparison is exact.
-    X, y, _, _ = _dataset("longley")
+    X, y, _, _ = statsmodels_dataset("longley")
     Xs = X / X.std(0)
     import statsmodels.api as sm
 
@@ -80,8 +79,8 @@ def test_gaussian_longley_matches_statsmodels(link):
         sm.families.links.Identity() if link == "identity" else sm.families.links.Log()
     )
     r = sm.GLM(y, sm.add_constant(Xs, prepend=False), family=fam).fit(tol=1e-14, maxiter=500)
-    m, fr = _fit("gaussian", link, _t(Xs), _t(y), solver="irls")
-    res = glm_results(m, _t(Xs), _t(y), fit_result=fr, information="expected")
+    m, fr = _fit("gaussian", link, as_tensor(Xs), as_tensor(y), solver="irls")
+    res = glm_results(m, as_tensor(Xs), as_tensor(y), fit_result=fr, information="expected")
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
     for k in ("deviance", "scale"):
@@ -302,8 +301,8 @@ def test_softmax_fit_contrasts_match_statsmodels_mnlogit(l2):
     m = GeneralizedLinearModel(5, "categorical", n_classes=3, l2=l2)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", NumericalWarning)
-        fr = m.fit(_t(X), torch.tensor(y), solver="newton", **TIGHT)
-    res = glm_results(m, _t(X), torch.tensor(y), fit_result=fr)
+        fr = m.fit(as_tensor(X), torch.tensor(y), solver="newton", **TIGHT)
+    res = glm_results(m, as_tensor(X), torch.tensor(y), fit_result=fr)
     if l2 == 0:
         np.testing.assert_allclose(res.params.numpy(), ref, rtol=1e-6)
         np.testing.assert_allclose(res.bse.numpy(), r.bse.T.ravel(), rtol=1e-6)
@@ -311,7 +310,7 @@ def test_softmax_fit_contrasts_match_statsmodels_mnlogit(l2):
     else:
         # the MAP contrasts' Laplace covariance J (S H)^+ J^T from the full Hessian (the
         # unpenalized bias keeps its shift direction, so H is singular: any g-inverse)
-        _, _, H = hessian_and_gradient(m, TensorBatches(_t(X), torch.tensor(y)))
+        _, _, H = hessian_and_gradient(m, TensorBatches(as_tensor(X), torch.tensor(y)))
         cov = torch.linalg.pinv(len(y) * H, hermitian=True, rtol=1e-10)
         J = torch.zeros(12, 18)
         for k in (1, 2):
@@ -331,7 +330,11 @@ def test_newton_fit_standard_errors_match_statsmodels_logit_probit(link):
     cls = sm.Logit if link == "logit" else sm.Probit
     r = cls(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
     res = fit_glm(
-        GeneralizedLinearModel(3, "bernoulli", link), _t(X), torch.tensor(y).long(), solver="newton", **TIGHT
+        GeneralizedLinearModel(3, "bernoulli", link),
+        as_tensor(X),
+        torch.tensor(y).long(),
+        solver="newton",
+        **TIGHT,
     )
     assert res.information == "observed"
     np.testing.assert_allclose(res.params.numpy(), r.params, rtol=1e-6)

@@ -6,78 +6,19 @@ independently of any solver; ``test_glm.py`` checks the fits themselves.
 """
 
 import json
-import warnings
 
 import numpy as np
 import pytest
 import statsmodels.api as sm
 import torch
 
+from data_util import CASES, as_tensor, statsmodels_dataset, statsmodels_fit
 from torchglm import GeneralizedLinearModel, InputError
 from torchglm.data.batches import TensorBatches
 from torchglm.inference import GLMResults, fit_glm, glm_results, identifiability
 from torchglm.solvers.derivatives import hessian_and_gradient, set_flat_parameters
 
 SM = sm.families
-L = sm.families.links
-
-
-def _t(a):
-    return None if a is None else torch.tensor(np.asarray(a, dtype=float))
-
-
-def _dataset(name):
-    """(X, y, weight, offset) from statsmodels' shipped datasets, as in its GLM examples."""
-    if name == "cpunish":
-        d = sm.datasets.cpunish.load_pandas()
-        X = d.exog.values.copy()
-        X[:, 3] = np.log(X[:, 3])
-        return X, d.endog.values, None, None
-    if name == "cpunish_offset":
-        X, y, _, _ = _dataset("cpunish")
-        return X[:, 1:], y, None, np.log(X[:, 0] / 1e4)  # INCOME as an exposure
-    if name == "scotland":
-        d = sm.datasets.scotland.load_pandas()
-        return d.exog.values, d.endog.values, None, None
-    if name == "star98":
-        d = sm.datasets.star98.load_pandas()
-        k, n = d.endog.values[:, 0], d.endog.values.sum(1)
-        return d.exog.values, k / n, n, None
-    if name == "longley":
-        d = sm.datasets.longley.load_pandas()
-        return d.exog.values, d.endog.values, None, None
-    if name == "scotland_exp":
-        X, y, _, _ = _dataset("scotland")
-        return X[:, :3], y / 10, None, None
-    raise KeyError(name)
-
-
-# (dataset, family, link, statsmodels family, statsmodels fit kwargs, freq weights)
-CASES = [
-    ("cpunish", "poisson", "log", SM.Poisson(), {}),
-    ("cpunish_offset", "poisson", "log", SM.Poisson(), {}),
-    ("scotland", "gamma", "inverse", SM.Gamma(L.InversePower()), {}),
-    ("scotland", "gamma", "log", SM.Gamma(L.Log()), {}),
-    ("scotland", "gamma", "identity", SM.Gamma(L.Identity()), {}),
-    ("scotland_exp", "exponential", "log", SM.Gamma(L.Log()), {"scale": 1.0}),
-    ("star98", "binomial", "logit", SM.Binomial(), {}),
-    ("star98", "binomial", "probit", SM.Binomial(L.Probit()), {}),
-    ("star98", "binomial", "cloglog", SM.Binomial(L.CLogLog()), {}),
-    ("longley", "gaussian", "identity", SM.Gaussian(), {}),
-    ("longley", "gaussian", "log", SM.Gaussian(L.Log()), {}),
-]
-
-
-def statsmodels_fit(dataset, smfam, fit_kw, freq_weights=None):
-    X, y, w, off = _dataset(dataset)
-    exog = sm.add_constant(X, prepend=False)  # intercept last, like the model's flat order
-    endog = y if w is None else np.column_stack([y * w, w * (1 - y)])
-    kw = {} if off is None else {"offset": off}
-    if freq_weights is not None:
-        kw["freq_weights"] = freq_weights
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return sm.GLM(endog, exog, family=smfam, **kw).fit(tol=1e-13, maxiter=200, **fit_kw)
 
 
 def _model_at(params, n_features, family, link, l2=0.0):
@@ -123,11 +64,11 @@ def _compare(res: GLMResults, r, rel=1e-6):
     "dataset,family,link,smfam,fit_kw", CASES, ids=[f"{c[0]}-{c[1]}-{c[2]}" for c in CASES]
 )
 def test_inference_matches_statsmodels_glm_at_its_estimate(dataset, family, link, smfam, fit_kw):
-    X, y, w, off = _dataset(dataset)
+    X, y, w, off = statsmodels_dataset(dataset)
     r = statsmodels_fit(dataset, smfam, fit_kw)
     m = _model_at(r.params, X.shape[1], family, link)
     # statsmodels' IRLS covariance is the expected information
-    res = glm_results(m, _t(X), _t(y), _t(w), _t(off), information="expected")
+    res = glm_results(m, as_tensor(X), as_tensor(y), as_tensor(w), as_tensor(off), information="expected")
     _compare(res, r)
     assert res.unidentified == [] and res.diverging == []
 
@@ -138,37 +79,37 @@ def test_observed_information_matches_statsmodels_logit_probit(model_cls, link):
     X, y = d.exog.values, d.endog.values
     r = model_cls(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
     m = _model_at(r.params, X.shape[1], "bernoulli", link)
-    res = glm_results(m, _t(X), _t(y), information="observed")
+    res = glm_results(m, as_tensor(X), as_tensor(y), information="observed")
     np.testing.assert_allclose(res.bse.numpy(), r.bse, rtol=1e-6)
     assert res.llf == pytest.approx(r.llf, rel=1e-10)
     assert res.llnull == pytest.approx(r.llnull, rel=1e-10)
     if link == "probit":  # non-canonical: observed and expected information differ
-        exp = glm_results(m, _t(X), _t(y), information="expected")
+        exp = glm_results(m, as_tensor(X), as_tensor(y), information="expected")
         assert not np.allclose(exp.bse.numpy(), res.bse.numpy(), rtol=1e-3)
 
 
 def test_frequency_weights_match_statsmodels_freq_weights():
-    X, y, _, _ = _dataset("cpunish")
+    X, y, _, _ = statsmodels_dataset("cpunish")
     fw = np.arange(len(y)) % 3 + 1.0
     r = statsmodels_fit("cpunish", SM.Poisson(), {}, freq_weights=fw)
     m = _model_at(r.params, X.shape[1], "poisson", "log")
-    res = glm_results(m, _t(X), _t(y), _t(fw), information="expected")
+    res = glm_results(m, as_tensor(X), as_tensor(y), as_tensor(fw), information="expected")
     _compare(res, r)
     # ... and equal the inference on the duplicated rows
     rep = np.repeat(np.arange(len(y)), fw.astype(int))
-    dup = glm_results(m, _t(X[rep]), _t(y[rep]), information="expected")
+    dup = glm_results(m, as_tensor(X[rep]), as_tensor(y[rep]), information="expected")
     np.testing.assert_allclose(dup.bse.numpy(), res.bse.numpy(), rtol=1e-12)
     for k in ("llf", "deviance", "aic", "bic", "df_resid"):
         assert getattr(dup, k) == pytest.approx(getattr(res, k), rel=1e-12)
 
 
 def test_collinear_column_is_reported_unidentified():
-    X, y, _, _ = _dataset("cpunish")
+    X, y, _, _ = statsmodels_dataset("cpunish")
     r = statsmodels_fit("cpunish", SM.Poisson(), {})
     X2 = np.column_stack([X, 2 * X[:, 1]])  # a copy of column 1, scaled
     params = np.concatenate([r.params[:-1], [0.0], r.params[-1:]])
     m = _model_at(params, X2.shape[1], "poisson", "log")
-    res = glm_results(m, _t(X2), _t(y), feature_names=[f"c{j}" for j in range(X2.shape[1])])
+    res = glm_results(m, as_tensor(X2), as_tensor(y), feature_names=[f"c{j}" for j in range(X2.shape[1])])
     assert res.unidentified == ["c1", "c6"]
     assert np.isnan(res.bse[1]) and np.isnan(res.bse[6])
     # the estimable coefficients keep statsmodels' standard errors
@@ -187,24 +128,24 @@ def test_identifiability_ignores_column_scale():
 
 
 def test_penalized_fit_says_laplace_map_and_covariance_includes_prior():
-    X, y, _, _ = _dataset("cpunish")
+    X, y, _, _ = statsmodels_dataset("cpunish")
     r = statsmodels_fit("cpunish", SM.Poisson(), {})
     m = _model_at(r.params, X.shape[1], "poisson", "log", l2=0.05)
-    res = glm_results(m, _t(X), _t(y))
+    res = glm_results(m, as_tensor(X), as_tensor(y))
     assert "Laplace" in res.summary() and res.to_dict()["covariance"].startswith("Laplace")
     # precision = information + n * l2 on the weights (not the intercept)
     m0 = _model_at(r.params, X.shape[1], "poisson", "log")
-    res0 = glm_results(m0, _t(X), _t(y))
+    res0 = glm_results(m0, as_tensor(X), as_tensor(y))
     prec = torch.linalg.inv(res0.cov_params) + len(y) * 0.05 * torch.diag(torch.tensor([1.0] * 6 + [0.0]))
     assert torch.allclose(res.cov_params, torch.linalg.inv(prec), rtol=1e-8)
 
 
 def test_to_dict_is_json_and_summary_lists_every_coefficient():
-    X, y, w, _ = _dataset("star98")
+    X, y, w, _ = statsmodels_dataset("star98")
     r = statsmodels_fit("star98", SM.Binomial(), {})
     m = _model_at(r.params, X.shape[1], "binomial", "logit")
     names = list(sm.datasets.star98.load_pandas().exog.columns)
-    res = glm_results(m, _t(X), _t(y), _t(w), feature_names=names)
+    res = glm_results(m, as_tensor(X), as_tensor(y), as_tensor(w), feature_names=names)
     d = json.loads(res.to_json())
     assert set(d["coefficients"]) == set(names) | {"intercept"}
     assert d["coefficients"]["LOWINC"]["std_err"] == pytest.approx(r.bse[0], rel=1e-6)
@@ -214,10 +155,10 @@ def test_to_dict_is_json_and_summary_lists_every_coefficient():
 
 
 def test_use_t_gives_student_t_intervals():
-    X, y, _, _ = _dataset("longley")
+    X, y, _, _ = statsmodels_dataset("longley")
     r = statsmodels_fit("longley", SM.Gaussian(), {"use_t": True})
     m = _model_at(r.params, X.shape[1], "gaussian", "identity")
-    res = glm_results(m, _t(X), _t(y), use_t=True, information="expected")
+    res = glm_results(m, as_tensor(X), as_tensor(y), use_t=True, information="expected")
     np.testing.assert_allclose(res.pvalues.numpy(), r.pvalues, rtol=1e-6)
     np.testing.assert_allclose(res.conf_int.numpy(), r.conf_int(), rtol=1e-6)
 
@@ -252,7 +193,7 @@ def test_softmax_contrasts_match_statsmodels_mnlogit():
     b[1:] = r.params[dd]
     m = GeneralizedLinearModel(dd, "categorical", n_classes=K)
     set_flat_parameters(m, torch.tensor(np.concatenate([W.ravel(), b])))
-    res = glm_results(m, _t(X), torch.tensor(y))
+    res = glm_results(m, as_tensor(X), torch.tensor(y))
     ref_params = r.params.T.ravel()  # class 1 (features..., const), then class 2
     np.testing.assert_allclose(res.params.numpy(), ref_params, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(res.bse.numpy(), r.bse.T.ravel(), rtol=1e-6)
@@ -282,15 +223,15 @@ def test_softmax_offset_is_added_to_every_class(solver):
     r = sm.MNLogit(y, sm.add_constant(X, prepend=False)).fit(method="newton", tol=1e-12, disp=0)
     res = fit_glm(
         GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3),
-        _t(X),
+        as_tensor(X),
         torch.tensor(y),
-        offset=_t(off),
+        offset=as_tensor(off),
         solver=solver,
         tol=1e-12,
     )
     base = fit_glm(
         GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3),
-        _t(X),
+        as_tensor(X),
         torch.tensor(y),
         solver=solver,
         tol=1e-12,
@@ -308,8 +249,10 @@ def test_softmax_offset_is_added_to_every_class(solver):
     assert "every class's eta" in res.summary() and "every class's eta" not in base.summary()
     # the same through batches (the data module's route), offsets sliced with the rows
     m = GeneralizedLinearModel(X.shape[1], "categorical", n_classes=3)
-    m.fit(_t(X), torch.tensor(y), offset=_t(off), solver="newton", tol=1e-12)
-    batched = glm_results(m, batches=TensorBatches(_t(X), torch.tensor(y), offset=_t(off), batch_size=97))
+    m.fit(as_tensor(X), torch.tensor(y), offset=as_tensor(off), solver="newton", tol=1e-12)
+    batched = glm_results(
+        m, batches=TensorBatches(as_tensor(X), torch.tensor(y), offset=as_tensor(off), batch_size=97)
+    )
     np.testing.assert_allclose(batched.bse.numpy(), r.bse.T.ravel(), rtol=1e-5)
     assert batched.llf == pytest.approx(float(r.llf), rel=1e-9)
 

@@ -1,60 +1,14 @@
 """A killed run resumes from its last complete checkpoint to the uninterrupted result."""
 
 import json
-import os
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import pytorch_lightning as pl
 import torch
 
+from run_util import checkpoint_weights, train_tiny
+
 ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "configs" / "tiny.yaml")
-
-
-def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
-    return subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "train.py"),
-            "--config",
-            TINY,
-            "--run_dir",
-            str(run_dir),
-            "--trainer.max_epochs",
-            "6",
-            "--early_stopping.patience",
-            "100",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=run_dir.parent,
-    )
-
-
-class KillMidEpoch(pl.Callback):
-    """SIGKILL (no cleanup) after Lightning batch ``batch`` of epoch ``epoch``: mid-pass
-    for pass-based fits; for sgd in step blocks (tiny.yaml: the epoch's four
-    mini-batches in one block) after the block's steps, before the epoch's
-    validation and checkpoint."""
-
-    def __init__(self, epoch: int, batch: int = 0):
-        self.epoch, self.batch = epoch, batch
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        if trainer.current_epoch == self.epoch and batch_idx == self.batch:
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _weights(ckpt: Path) -> dict[str, torch.Tensor]:
-    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
-    return {k: v for k, v in state.items() if k.startswith("model.")}
 
 
 @pytest.mark.slow
@@ -64,15 +18,15 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     extra = ["--model.solver", solver] + (
         ["--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "60"] if solver != "sgd" else []
     )
-    full = _train(tmp_path / "full", *extra)
+    full = train_tiny(tmp_path / "full", *extra)
     assert full.returncode == 0, full.stderr[-2000:]
 
     # tiny.yaml: 120 training rows in batches of 32, so batch 0 is mid-pass (a block
     # fit killed between blocks: tests/test_sgd_blocks.py)
-    killed = _train(
+    killed = train_tiny(
         tmp_path / "killed",
         *extra,
-        "--trainer.callbacks+=test_resume.KillMidEpoch",
+        "--trainer.callbacks+=killer.KillMidEpoch",
         "--trainer.callbacks.epoch",
         "8" if solver == "lbfgs" else "3",
     )
@@ -84,13 +38,13 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     if solver == "lbfgs":
         assert state["torchglm"]["fitter_state"]["pairs"]  # the memory that resume restores
 
-    resumed = _train(tmp_path / "killed", *extra, "--resume", str(last))
+    resumed = train_tiny(tmp_path / "killed", *extra, "--resume", str(last))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     # The fitted model each run reports (SGD: best validation epoch; Newton: the final iterate).
     ckpts = [
         json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")
     ]
-    want, got = _weights(Path(ckpts[0])), _weights(Path(ckpts[1]))
+    want, got = checkpoint_weights(Path(ckpts[0])), checkpoint_weights(Path(ckpts[1]))
     assert want.keys() == got.keys()
     for k in want:
         # Bit for bit: the fitter's checkpointed state holds its accepted point in its
@@ -105,7 +59,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
 
 
 def test_resume_from_a_missing_checkpoint_is_an_error(tmp_path):
-    run = _train(tmp_path / "run", "--resume", str(tmp_path / "nope.ckpt"))
+    run = train_tiny(tmp_path / "run", "--resume", str(tmp_path / "nope.ckpt"))
     assert run.returncode != 0
     assert run.returncode == 2 and run.stderr.count("\n") == 1
     assert "resume: expected an existing checkpoint file" in run.stderr

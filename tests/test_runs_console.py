@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from run_util import TINY, run_train_py
 from torchglm import InputError
 from torchglm.solvers import SOLVERS
 from torchglm.training.cli import main
@@ -17,33 +18,20 @@ from torchglm.training.entry import MODELS
 from torchglm.training.entry import main as entry_main
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = str(ROOT / "configs" / "tiny.yaml")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
-def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "train.py"), *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=ENV,
-        cwd=cwd,
-        timeout=300,
-    )
-
-
 def test_quiet_console_without_a_terminal_and_verbose(tmp_path):
-    proc = _run("--config", TINY, "--run_dir", str(tmp_path / "q"), cwd=tmp_path)
+    proc = run_train_py("--config", TINY, "--run_dir", str(tmp_path / "q"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     # the results table only: no tips, banners, warnings or progress-bar control characters
     assert proc.stderr == ""
     assert len(proc.stdout) < 1000 and len(proc.stdout.splitlines()) <= 10, proc.stdout
     for noise in ("Tip", "GPU available", "Warning", "\r", "\x1b"):
         assert noise not in proc.stdout
-    verbose = _run("--config", TINY, "--run_dir", str(tmp_path / "v"), "-v", cwd=tmp_path)
+    verbose = run_train_py("--config", TINY, "--run_dir", str(tmp_path / "v"), "-v", cwd=tmp_path)
     assert verbose.returncode == 0
     assert "GPU available" in verbose.stdout + verbose.stderr
 
@@ -228,7 +216,7 @@ def test_heartbeat_reports_long_fits(tmp_path, capsys):
 
 
 def test_warnings_are_one_line_without_library_paths(tmp_path):
-    proc = _run(
+    proc = run_train_py(
         "--config",
         TINY,
         "--run_dir",

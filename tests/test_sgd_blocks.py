@@ -15,6 +15,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping
 from pytorch_lightning.loggers import CSVLogger
 
+from run_util import checkpoint_weights, fit_state, train_tiny
 from torchglm import InputError, LogisticRegression, SoftmaxRegression
 from torchglm.data.batches import BatchBlock, TensorBatches
 from torchglm.training import GLMDataModule, GLMTask
@@ -100,26 +101,6 @@ def _fit(
     return task, trainer, counter
 
 
-def _state(task, trainer):
-    """Everything a fit leaves that its continuation depends on."""
-    state = {f"param/{k}": v for k, v in task.model.state_dict().items()}
-    opt = trainer.optimizers[0].state_dict()
-    for i, s in opt["state"].items():
-        for name, v in s.items():
-            for j, t in enumerate(v if isinstance(v, list) else [v]):  # L-BFGS keeps lists and None
-                state[f"opt/{i}/{name}/{j}"] = torch.tensor(float("nan")) if t is None else torch.as_tensor(t)
-    state["opt/lr"] = torch.tensor([g["lr"] for g in opt["param_groups"]])
-    for j, c in enumerate(trainer.lr_scheduler_configs):
-        for name, v in c.scheduler.state_dict().items():
-            if isinstance(v, (int, float)):
-                state[f"sched{j}/{name}"] = torch.tensor(v)
-    state["epoch_losses"] = torch.tensor([h["loss"] for h in task._history])
-    state["shuffle"] = trainer.datamodule.state_dict()["shuffle_generator"]
-    state["global_step"] = torch.tensor(trainer.global_step)
-    state["logger_step"] = torch.tensor(trainer.fit_loop.epoch_loop._batches_that_stepped)
-    return state
-
-
 def _assert_same(a, b):
     assert a.keys() == b.keys()
     for key in a:
@@ -160,7 +141,7 @@ def test_blocks_equal_per_step_bit_for_bit(tmp_path, k, optimizer, lr_scheduler,
     one, t1, c1 = _fit(tmp_path, 1, optimizer=optimizer, lr_scheduler=lr_scheduler, interval=interval)
     blk, tk, ck = _fit(tmp_path, k, optimizer=optimizer, lr_scheduler=lr_scheduler, interval=interval)
     assert one.automatic_optimization and not blk.automatic_optimization
-    _assert_same(_state(one, t1), _state(blk, tk))
+    _assert_same(fit_state(one, t1), fit_state(blk, tk))
     assert tk.global_step == 3 * N_BATCHES
     # one training step per block: ceil(n_batches / k) per epoch
     assert c1.per_epoch == [N_BATCHES] * 3 and ck.per_epoch == [math.ceil(N_BATCHES / k)] * 3
@@ -174,13 +155,13 @@ def test_blocks_equal_per_step_bit_for_bit(tmp_path, k, optimizer, lr_scheduler,
 def test_blocks_are_the_default_and_every_k_matches(tmp_path):
     task, trainer, counter = _fit(tmp_path, GLMTask(LogisticRegression).steps_per_block)
     assert counter.per_epoch == [1, 1, 1] and not task.automatic_optimization
-    ref = _state(*_fit(tmp_path, 1)[:2])
-    _assert_same(ref, _state(task, trainer))
+    ref = fit_state(*_fit(tmp_path, 1)[:2])
+    _assert_same(ref, fit_state(task, trainer))
     for k in (2, 3, 11, 12):
-        _assert_same(ref, _state(*_fit(tmp_path, k)[:2]))
+        _assert_same(ref, fit_state(*_fit(tmp_path, k)[:2]))
     # an odd batch size in float32 (batches not on 64-byte boundaries of one block)
-    ref = _state(*_fit(tmp_path, 1, batch_size=7, dtype="float32")[:2])
-    _assert_same(ref, _state(*_fit(tmp_path, 5, batch_size=7, dtype="float32")[:2]))
+    ref = fit_state(*_fit(tmp_path, 1, batch_size=7, dtype="float32")[:2])
+    _assert_same(ref, fit_state(*_fit(tmp_path, 5, batch_size=7, dtype="float32")[:2]))
 
 
 def test_per_step_scheduler_steps_every_optimizer_step(tmp_path):
@@ -217,8 +198,8 @@ def test_closure_optimizer_and_softmax(tmp_path):
     lbfgs = partial(torch.optim.LBFGS, lr=0.5, max_iter=3)
     softmax = partial(SoftmaxRegression, n_classes=2, l2=1e-3)
     for kw in ({"optimizer": lbfgs, "batch_size": 64}, {"model": softmax}):
-        ref = _state(*_fit(tmp_path, 1, **kw)[:2])
-        _assert_same(ref, _state(*_fit(tmp_path, 4, **kw)[:2]))
+        ref = fit_state(*_fit(tmp_path, 1, **kw)[:2])
+        _assert_same(ref, fit_state(*_fit(tmp_path, 4, **kw)[:2]))
 
 
 def test_lightning_hooks_per_optimizer_step(tmp_path):
@@ -232,11 +213,11 @@ def test_lightning_hooks_per_optimizer_step(tmp_path):
     order = ["on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step"]
     assert [h[0] for h in c1.hooks] == order * (3 * N_BATCHES)
     assert c4.hooks == c1.hooks
-    _assert_same(_state(one, t1), _state(blk, t4))
+    _assert_same(fit_state(one, t1), fit_state(blk, t4))
     # without them the block skips the dispatch, with the same result
     plain, tp, _ = _fit(tmp_path, 4)
     assert plain._plain_steps
-    _assert_same(_state(one, t1), _state(plain, tp))
+    _assert_same(fit_state(one, t1), fit_state(plain, tp))
 
 
 @pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed with a scaler"])
@@ -264,7 +245,7 @@ def test_mixed_precision_blocks(tmp_path, precision):
     one, t1, _ = _fit(tmp_path, 1, dtype="float32", callbacks=[c1], **kw())
     blk, t4, _ = _fit(tmp_path, 4, dtype="float32", callbacks=[c4], **kw())
     assert not blk.automatic_optimization
-    _assert_same(_state(one, t1), _state(blk, t4))
+    _assert_same(fit_state(one, t1), fit_state(blk, t4))
     assert c4.hooks == c1.hooks and not any(h[2] for h in c4.hooks)  # backward outside autocast
     scaler = t4.precision_plugin.scaler
     if scaler is not None:
@@ -300,12 +281,12 @@ def test_early_stopping_and_max_steps(tmp_path):
     one, t1, _ = _fit(tmp_path, 1, callbacks=[EarlyStopping("val/loss", patience=1)], **stop)
     blk, t4, _ = _fit(tmp_path, 4, callbacks=[EarlyStopping("val/loss", patience=1)], **stop)
     assert t1.current_epoch < 30 and t4.current_epoch == t1.current_epoch
-    _assert_same(_state(one, t1), _state(blk, t4))
+    _assert_same(fit_state(one, t1), fit_state(blk, t4))
     # max_steps inside a block: the block stops there
     one, t1, _ = _fit(tmp_path, 1, max_steps=17)
     blk, t4, _ = _fit(tmp_path, 4, max_steps=17)
     assert t4.global_step == t1.global_step == 17
-    _assert_same(_state(one, t1), _state(blk, t4))
+    _assert_same(fit_state(one, t1), fit_state(blk, t4))
 
 
 @pytest.mark.parametrize(
@@ -323,21 +304,21 @@ def test_settings_counting_batches_fit_per_step(tmp_path, setting):
     assert task.automatic_optimization and task.block_size() == 1
     assert trainer.datamodule.steps_per_block == 1
     assert counter.per_epoch[0] == setting.get("limit_train_batches", N_BATCHES)
-    _assert_same(_state(*_fit(tmp_path, 1, **setting)[:2]), _state(task, trainer))
+    _assert_same(fit_state(*_fit(tmp_path, 1, **setting)[:2]), fit_state(task, trainer))
 
 
 def test_resume_across_steps_per_block(tmp_path):
     """A checkpoint of a per-step fit resumed in blocks (and the reverse) continues
     the same fit: global_step carries over, the weights match an uninterrupted fit."""
     ref_task, ref_trainer, _ = _fit(tmp_path, 1, epochs=4)
-    ref = _state(ref_task, ref_trainer)
+    ref = fit_state(ref_task, ref_trainer)
     for first, then in ((1, 4), (4, 1)):
         task, trainer, _ = _fit(tmp_path, first, epochs=2)
         path = tmp_path / f"from{first}.ckpt"
         trainer.save_checkpoint(path)
         task, trainer, counter = _fit(tmp_path, then, epochs=4, ckpt_path=str(path))
         assert counter.per_epoch == [math.ceil(N_BATCHES / then)] * 2
-        _assert_same(ref, _state(task, trainer))
+        _assert_same(ref, fit_state(task, trainer))
 
 
 def test_blocks_hold_the_same_batches():
@@ -391,7 +372,6 @@ def test_killed_block_run_resumes_to_the_per_step_result(tmp_path):
     """Killed after the first of two blocks of epoch 3 (mid-epoch: 2 of 4 steps), the
     resumed block fit ends where an uninterrupted per-step fit ends, its plateau
     scheduler included (stepped before last.ckpt is written)."""
-    from test_resume import _train, _weights
 
     plateau = [
         "--model.lr_scheduler",
@@ -401,13 +381,13 @@ def test_killed_block_run_resumes_to_the_per_step_result(tmp_path):
         "--model.optimizer.init_args.lr",
         "1.0",
     ]
-    full = _train(tmp_path / "full", "--model.steps_per_block", "1", *plateau)
+    full = train_tiny(tmp_path / "full", "--model.steps_per_block", "1", *plateau)
     assert full.returncode == 0, full.stderr[-2000:]
     args = ["--model.steps_per_block", "2", *plateau]
-    killed = _train(
+    killed = train_tiny(
         tmp_path / "killed",
         *args,
-        "--trainer.callbacks+=test_resume.KillMidEpoch",
+        "--trainer.callbacks+=killer.KillMidEpoch",
         "--trainer.callbacks.epoch",
         "3",
         "--trainer.callbacks.batch",
@@ -416,12 +396,12 @@ def test_killed_block_run_resumes_to_the_per_step_result(tmp_path):
     assert killed.returncode == -9
     last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
     assert torch.load(last, map_location="cpu", weights_only=False)["epoch"] == 2
-    resumed = _train(tmp_path / "killed", *args, "--resume", str(last))
+    resumed = train_tiny(tmp_path / "killed", *args, "--resume", str(last))
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     ckpts = [
         json.loads((tmp_path / r / "metrics.json").read_text())["checkpoint"] for r in ("full", "killed")
     ]
-    want, got = _weights(Path(ckpts[0])), _weights(Path(ckpts[1]))
+    want, got = checkpoint_weights(Path(ckpts[0])), checkpoint_weights(Path(ckpts[1]))
     assert want.keys() == got.keys() and all(torch.equal(got[k], want[k]) for k in want)
     scheds = [
         torch.load(tmp_path / r / "checkpoints" / "last.ckpt", weights_only=False)["lr_schedulers"][0]

@@ -8,6 +8,7 @@ import torch
 from torch.func import grad
 
 from autograd_ref import assert_verified_optimum, flat_objective
+from data_util import breast_cancer, simulate
 from torchglm import ConvergenceWarning, InputError, NumericalWarning, SeparationWarning
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
@@ -34,47 +35,6 @@ def spector():
 def anes96():
     d = sm.datasets.anes96.load_pandas()
     return torch.tensor(d.exog.values, dtype=torch.float64), torch.tensor(d.endog.values).long()
-
-
-def breast_cancer(cols=(0, 1, 4, 6, 8, 9, 20, 24)):
-    from sklearn.datasets import load_breast_cancer
-
-    b = load_breast_cancer()
-    x = b.data[:, list(cols)]
-    x = (x - x.mean(0)) / x.std(0)
-    return torch.tensor(x), torch.tensor(b.target).long()
-
-
-def simulate(family, link, n=200, d=3, seed=0):
-    """Data from the model itself at moderate coefficients, inside every link's domain."""
-    g = torch.Generator().manual_seed(seed)
-    cls = FAMILIES[family]
-    K = 3 if cls.multi_output else None
-    m = GeneralizedLinearModel(d, family, link, n_classes=K, dtype=torch.float64)
-    x = torch.rand(n, d, generator=g)
-    theta = 0.5 * torch.randn(flat_parameters(m).numel(), generator=g)
-    if not cls.is_classifier:
-        theta = theta.abs() * 0.2 + 0.5
-        if link == "negative_reciprocal" or (family == "binomial" and link == "log"):
-            theta = -theta  # eta < 0: mu = -1/eta > 0, or mu = exp(eta) < 1
-    elif link == "log":
-        theta = -(theta.abs() * 0.2 + 0.5)  # Bernoulli log link: eta < 0, mu = exp(eta) < 1
-    set_flat_parameters(m, theta)
-    with torch.no_grad():
-        mu = m.family.mean(m(x))
-    if family == "categorical":
-        y = torch.multinomial(mu, 1, generator=g).squeeze(1)
-    elif cls.is_classifier:
-        y = (torch.rand(n, generator=g) < mu).long()
-    elif family == "gaussian":
-        y = mu + 0.3 * torch.randn(n, generator=g)
-    elif family == "poisson":
-        y = torch.poisson(mu, generator=g)
-    elif family == "binomial":
-        y = (torch.rand(n, generator=g) < mu).to(torch.float64)
-    else:  # gamma / exponential: a positive response around mu
-        y = mu * torch.distributions.Exponential(torch.tensor(1.0)).sample((n,))
-    return x, y, K
 
 
 def cases():

@@ -93,7 +93,7 @@ def test_badly_scaled_logistic_is_not_declared_singular(solver):
 
 # -- metamorphic: column scaling over every solver x family x link ---------------------
 def _simulate(family, link, n=300, d=3, seed=0):
-    from test_solvers import simulate
+    from data_util import simulate
 
     return simulate(family, link, n=n, d=d, seed=seed)
 
@@ -225,7 +225,7 @@ def test_poisson_huge_counts_start_from_the_intercept_only_fit(solver):
 
 @pytest.mark.parametrize("solver", ALL)
 def test_a_claimed_optimum_is_verified_on_real_data(solver):
-    from test_solvers import breast_cancer
+    from data_util import breast_cancer
 
     x, y = breast_cancer()
     m = LogisticRegression(x.shape[1], l2=1e-3, dtype=torch.float64)

@@ -11,7 +11,7 @@ import pytest
 
 import torchglm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MODULES = sorted(m.name for m in pkgutil.walk_packages(torchglm.__path__, "torchglm."))
 
 

@@ -197,7 +197,7 @@ def test_float32_data_into_a_float64_model_is_upcast(cls):
 # -- prediction: validation, dtype, detached ------------------------------------------------
 @pytest.mark.parametrize("cls", MODELS)
 def test_predict_validates_casts_and_detaches(cls):
-    # (NotFittedError before a fit: tests/test_generative.py::test_not_fitted_errors.)
+    # (NotFittedError before a fit: tests/models/test_generative.py::test_not_fitted_errors.)
     x, y = DATA[cls]()
     model = _fit(cls, x.float(), y, dtype=torch.float32)
     for call in (model.predict, model.predict_proba, model.predict_log_proba, model.log_prob):

@@ -14,7 +14,7 @@ from torchglm.training.bayes_callback import BayesianEvaluation
 from torchglm.data.module import GLMDataModule
 from torchglm.training.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = str(ROOT / "configs" / "bayes_logistic.yaml")
 SMALL = [
     "--data.source",

@@ -17,7 +17,7 @@ from torchglm.training.cli import main
 from torchglm.training.entry import MODELS
 from torchglm.training.entry import main as entry_main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")

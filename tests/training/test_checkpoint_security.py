@@ -30,7 +30,7 @@ from torchglm.training.predict import predict
 from torchglm.training.task import GLMTask
 from run_util import one_error, snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 EVIL_MODULE = "torchglm_test_evil_module"
 

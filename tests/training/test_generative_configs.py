@@ -14,7 +14,7 @@ from torchglm.data import datasets as builtin
 from torchglm.datasets import load_movie_reviews, movie_review_counts
 from torchglm.training.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [
     "gda",
     "gda_quadratic",

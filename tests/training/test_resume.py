@@ -8,7 +8,7 @@ import torch
 
 from run_util import checkpoint_weights, train_tiny
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
@@ -22,7 +22,7 @@ def test_killed_run_resumes_to_the_uninterrupted_result(tmp_path, solver):
     assert full.returncode == 0, full.stderr[-2000:]
 
     # tiny.yaml: 120 training rows in batches of 32, so batch 0 is mid-pass (a block
-    # fit killed between blocks: tests/test_sgd_blocks.py)
+    # fit killed between blocks: tests/training/test_sgd_blocks.py)
     killed = train_tiny(
         tmp_path / "killed",
         *extra,

@@ -296,7 +296,7 @@ def test_train_py_reports_map_laplace_variational_mcmc_side_by_side(tmp_path):
 
     from torchglm.training.cli import main
 
-    config = str(Path(__file__).resolve().parents[1] / "configs" / "bayes_logistic.yaml")
+    config = str(Path(__file__).resolve().parents[2] / "configs" / "bayes_logistic.yaml")
     run = tmp_path / "run"
     args = [
         "--config",

@@ -235,7 +235,7 @@ def test_basis_is_fitted_used_and_saved(tmp_path):
     trainer.fit(task, datamodule=dm)
     assert task.model.n_features == basis.out_features(2)
     acc = trainer.test(task, datamodule=dm, verbose=False)[0]["test/accuracy"]
-    assert acc > 0.9  # a linear model on raw XOR features is at chance (tests/test_data.py)
+    assert acc > 0.9  # a linear model on raw XOR features is at chance (tests/data/test_data.py)
     path = tmp_path / "b.ckpt"
     trainer.save_checkpoint(path)
     loaded = GLMTask.load_from_checkpoint(

@@ -20,7 +20,7 @@ from torchglm.plot_callbacks import FigureLogger
 from torchglm.training.cli import main as train_main
 from torchglm.training.task import GLMTask
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "figures"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "figures"
 
 
 def _has_content(path) -> bool:

@@ -23,7 +23,7 @@ from torchglm.training.cli import main
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 # breast_cancer: 341 training rows, batches of 32: 11 mini-batches per epoch, so
 # blocks of 4 are 4 + 4 + 3 and blocks of 32 one block per epoch.

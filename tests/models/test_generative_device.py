@@ -1,7 +1,7 @@
 """Device-parametrized tests for the generative models (``cpu``, and ``cuda``
 when present): every model fits where its data are, keeps its statistics, predictions,
 samples and implied linear model there in the data's dtype, and on an accelerator
-agrees with the CPU fit (the discriminative models: tests/test_device_passes.py)."""
+agrees with the CPU fit (the discriminative models: tests/test_passes_device.py)."""
 
 import pytest
 import torch

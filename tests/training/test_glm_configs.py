@@ -14,7 +14,7 @@ import statsmodels.api as sm
 from torchglm.data.module import GLMDataModule
 from torchglm.training.cli import main
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = sorted((ROOT / "configs").glob("glm_*.yaml"))
 
 

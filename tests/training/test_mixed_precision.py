@@ -9,7 +9,7 @@ import torch
 
 from torchglm.training.cli import main
 
-TINY = str(Path(__file__).resolve().parents[1] / "configs" / "tiny.yaml")
+TINY = str(Path(__file__).resolve().parents[2] / "configs" / "tiny.yaml")
 
 
 def test_bf16_mixed_sgd_trains(tmp_path):

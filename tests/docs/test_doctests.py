@@ -15,7 +15,7 @@ temporary working directory, so a run is deterministic and takes a few seconds. 
 is compared with ``ELLIPSIS`` and ``NORMALIZE_WHITESPACE``; floats are shown rounded or
 as comparisons. The few examples that need a training run or a file on disk say
 ``# doctest: +SKIP``; their docstrings are listed in :data:`SKIPS` with the reason, and a
-SKIP anywhere else fails. Run them alone with ``python -m pytest -q tests/test_doctests.py``
+SKIP anywhere else fails. Run them alone with ``python -m pytest -q tests/docs/test_doctests.py``
 (one docstring: ``-k read_table``).
 """
 

@@ -20,9 +20,13 @@ import pytorch_lightning as pl
 from torchglm.training.cli import main
 from run_util import one_error, snapshot
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = str(ROOT / "configs" / "tiny.yaml")
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "1",
+    "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), str(Path(__file__).parent)]),
+}
 NEWTON = ["--model.solver", "newton", "--model.model.init_args.l2", "0.01", "--trainer.max_epochs", "50"]
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")

@@ -10,7 +10,8 @@ the Laplace posterior). Reported per problem:
   same Laplace Gaussian (Gauss-Hermite, 64 nodes), i.e. which part of the
   Laplace-vs-MCMC gap is the Gaussian posterior and which is the approximation;
 * NUTS diagnostics (max split R-hat, min ESS) and wall times (MAP + Laplace, NUTS);
-* lambda chosen by the Laplace evidence and by the validation NLL (seed 003).
+* lambda chosen by the Laplace evidence and by the validation NLL (the lecture notes on
+  probabilistic classification, §14).
 
 Problems: breast_cancer (logistic, d = 30), two overlapping Gaussian classes in
 2-D with 50 training and 700 test points (logistic, a small-sample case),

@@ -1,4 +1,5 @@
-"""Seed 000's claim, measured: generative (GDA) vs discriminative (logistic regression).
+"""Generative (GDA) vs discriminative (logistic regression), measured: the claim of the lecture
+notes on probabilistic classification, §9.
 
 "Better predictions [for the discriminative model], if the assumptions done with
 respect to p(x|C_k) are poor" — and, conversely, the generative model needs fewer

@@ -1,5 +1,5 @@
 """The devices the device-parametrized tests run on: the CPU, and CUDA where present
-(skipped otherwise; issue 15)."""
+(skipped otherwise)."""
 
 import pytest
 import torch

@@ -1,8 +1,18 @@
-"""Helpers of the tests that run ``train.py``: its one ``error:`` line and the files a
-run directory holds (the rule: a failure leaves the directory as it was)."""
+"""Helpers of the tests that run ``train.py`` or a Trainer: its one ``error:`` line, the
+files a run directory holds (the rule: a failure leaves the directory as it was), the
+tiny config run as a subprocess, and the state a fit leaves for its continuation."""
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+#: A seconds-long run: logistic regression on 200 samples, 3 epochs.
+TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
 def snapshot(path: Path) -> dict[str, str]:
@@ -22,3 +32,63 @@ def one_error(capsys, code: int, contains: str = "") -> str:
     assert code == 2
     assert len(err) == 1 and err[0].startswith("error: ") and contains in err[0], err
     return err[0]
+
+
+def run_train_py(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "train.py"), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        cwd=cwd,
+        timeout=300,
+    )
+
+
+def train_tiny(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "train.py"),
+            "--config",
+            TINY,
+            "--run_dir",
+            str(run_dir),
+            "--trainer.max_epochs",
+            "6",
+            "--early_stopping.patience",
+            "100",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=run_dir.parent,
+    )
+
+
+def checkpoint_weights(ckpt: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+    return {k: v for k, v in state.items() if k.startswith("model.")}
+
+
+def fit_state(task, trainer):
+    """Everything a fit leaves that its continuation depends on."""
+    state = {f"param/{k}": v for k, v in task.model.state_dict().items()}
+    opt = trainer.optimizers[0].state_dict()
+    for i, s in opt["state"].items():
+        for name, v in s.items():
+            for j, t in enumerate(v if isinstance(v, list) else [v]):  # L-BFGS keeps lists and None
+                state[f"opt/{i}/{name}/{j}"] = torch.tensor(float("nan")) if t is None else torch.as_tensor(t)
+    state["opt/lr"] = torch.tensor([g["lr"] for g in opt["param_groups"]])
+    for j, c in enumerate(trainer.lr_scheduler_configs):
+        for name, v in c.scheduler.state_dict().items():
+            if isinstance(v, (int, float)):
+                state[f"sched{j}/{name}"] = torch.tensor(v)
+    state["epoch_losses"] = torch.tensor([h["loss"] for h in task.driver.history])
+    state["shuffle"] = trainer.datamodule.state_dict()["shuffle_generator"]
+    state["global_step"] = torch.tensor(trainer.global_step)
+    state["logger_step"] = torch.tensor(trainer.fit_loop.epoch_loop._batches_that_stepped)
+    return state

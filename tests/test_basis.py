@@ -1,5 +1,6 @@
 """Fixed basis functions: closed forms, scikit-learn parity, determinism, checkpoints,
-and the seed-004 claim that a Gaussian basis makes moons and XOR linearly separable."""
+and the claim of the lecture notes on probabilistic classification, §15, that a Gaussian basis makes
+moons and XOR linearly separable."""
 
 import io
 import itertools
@@ -191,7 +192,7 @@ def test_sigmoidal_closed_form():
     np.testing.assert_allclose(got, ref, rtol=1e-13)
 
 
-# -- seed 004: a Gaussian basis makes the classes separable ----------------------------
+# -- a Gaussian basis makes the classes separable (lecture notes §15; PRML §4.3.1) ---
 
 
 def _xor(n, seed):

@@ -1,5 +1,5 @@
 """The L2 penalty is written once (torchglm.penalty.L2Penalty) and the Bayesian code
-leaves the user's model's l2 alone (issue 12)."""
+leaves the user's model's l2 alone."""
 
 import pytest
 import torch

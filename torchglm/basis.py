@@ -3,8 +3,8 @@
 A linear model on ``phi(x)`` instead of ``x`` keeps every solver, penalty and
 likelihood unchanged while its decision boundary in input space becomes
 non-linear: "linear-separability in feature space does not imply
-linear-separability in input space" (seed 004, "Fixed basis functions"; Bishop
-PRML 3.1 and 4.3). Three families of maps are provided:
+linear-separability in input space" (the lecture notes on probabilistic classification, §15;
+Bishop PRML §3.1 and §4.3.1). Three families of maps are provided:
 
 * :class:`GaussianRBF`  ``phi_j(x) = exp(-||x - mu_j||^2 / (2 s_j^2))`` with centers
   from k-means on the training data, on a grid, or given;
@@ -226,9 +226,9 @@ def _grid_axes(x: torch.Tensor, n_per_axis: int, margin: float) -> list[torch.Te
 class GaussianRBF(Basis):
     """Gaussian radial basis ``phi_j(x) = exp(-||x - mu_j||^2 / (2 s_j^2))``.
 
-    The "Gaussian basis functions with centers shown by crosses" of seed 004
-    (Bishop PRML 4.3, fig. 4.12); with enough centers a logistic model on
-    ``phi(x)`` separates classes that are not linearly separable in ``x``
+    The "Gaussian basis functions with centers shown by crosses" of the lecture notes on
+    probabilistic classification, §15 (Bishop PRML §4.3.1, fig. 4.12); with enough centers a
+    logistic model on ``phi(x)`` separates classes that are not linearly separable in ``x``
     (the moons and XOR problems).
 
     Args:

@@ -1,10 +1,10 @@
 """Exponential-family response distributions ``p(y | eta)``.
 
-Seed 000 ("Exponential families and GLM") writes every family as
+The lecture notes on probabilistic classification, §6 (McCullagh & Nelder §2.2), write every family as
 ``p(y|x) = g(x) f(y) exp(theta(x) u(y))`` and obtains a GLM by predicting
 ``mu = E[y|x]`` through ``mu = g^{-1}(eta)``, ``eta = w^T x + w0``. With the
-canonical link the natural parameter is ``theta = eta`` (seed 004, "canonical
-link functions"): identity for the normal, logit for the Bernoulli, softmax for
+canonical link the natural parameter is ``theta = eta`` (Bishop PRML §4.3.6,
+McCullagh & Nelder §2.2.4): identity for the normal, logit for the Bernoulli, softmax for
 the categorical, log for the Poisson and ``theta = -lambda = -1/mu`` for the
 exponential.
 
@@ -184,7 +184,7 @@ class Family:
         :meth:`nll` with :mod:`torch.func`. Closed forms cost one elementwise pass.
 
         A canonical link (``eta = theta``) gives ``dl/deta = mu - y`` and
-        ``d2l/deta2 = V(mu) = dmu/deta`` (seed 000, "Exponential families and GLM");
+        ``d2l/deta2 = V(mu) = dmu/deta`` (McCullagh & Nelder §2.2.2; Bishop PRML §4.3.6);
         used where the link needs no domain mask."""
         if self.multi_output or self._masked or not self.is_canonical:
             return None
@@ -312,9 +312,9 @@ def _check_real(y: torch.Tensor, support: str, ok=None) -> torch.Tensor:
 
 @register
 class Gaussian(Family):
-    """``y in R``, ``p(y|x) = N(y; mu, phi)`` (linear regression, seed 000).
+    """``y in R``, ``p(y|x) = N(y; mu, phi)`` (linear regression, the lecture notes, §6).
 
-    Canonical link: identity (``theta = mu / sigma^2``, seed 000); also log and inverse
+    Canonical link: identity (``theta = mu / sigma^2``); also log and inverse
     (``mu = 1 / eta``, any real mean: only ``eta = 0`` is outside), as R's
     ``gaussian()`` and statsmodels allow. ``V(mu) = 1``,
     ``d(y, mu) = (y - mu)^2``, and the NLL at ``phi = 1`` is
@@ -426,9 +426,9 @@ class _Binary(Family):
 
 @register
 class Bernoulli(_Binary):
-    """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (logistic / probit regression, seed 000).
+    """``y in {0, 1}``, ``p(y|x) = mu^y (1 - mu)^{1-y}`` (the lecture notes, §6 and §11).
 
-    Canonical link: logit (``theta = log(pi / (1 - pi))``, seed 000); also probit,
+    Canonical link: logit (``theta = log(pi / (1 - pi))``); also probit,
     cloglog, cauchit and log (``eta < 0``), R's ``binomial()`` links.
     """
 
@@ -498,7 +498,7 @@ class Binomial(_Binary):
 
 @register
 class Categorical(Family):
-    """``y in {0..K-1}``, ``p(C_k|x) = softmax(eta)_k`` (softmax regression, seed 000).
+    """``y in {0..K-1}``, ``p(C_k|x) = softmax(eta)_k`` (the lecture notes, §6 and §10).
 
     ``nll = -log softmax(eta)_y`` via ``cross_entropy`` (a ``log_softmax``); the
     saturated model puts probability 1 on the observed class, so the unit
@@ -549,7 +549,7 @@ class Categorical(Family):
 
 @register
 class Poisson(Family):
-    """Counts ``y in {0, 1, ...}``, ``p(y|x) = lambda^y e^{-lambda} / y!`` (seed 000).
+    """Counts ``y in {0, 1, ...}``, ``p(y|x) = lambda^y e^{-lambda} / y!`` (the lecture notes, §6).
 
     Canonical link: log (``theta = log lambda``); also identity (``mu = eta``,
     which needs ``eta > 0``; outside, the NLL is ``+inf``) and sqrt (``mu = eta^2``,
@@ -637,9 +637,9 @@ class Gamma(Family):
 
 @register
 class Exponential(Gamma):
-    """Positive ``y``, ``p(y|x) = lambda e^{-lambda y}`` with mean ``mu = 1 / lambda`` (seed 000).
+    """Positive ``y``, ``p(y|x) = lambda e^{-lambda y}``, mean ``mu = 1 / lambda`` (the lecture notes, §6).
 
-    The Gamma with shape 1 (``phi = 1`` fixed). Canonical link: seed 000's
+    The Gamma with shape 1 (``phi = 1`` fixed). Canonical link: the notes'
     ``theta = -lambda``, i.e. ``mu = -1 / eta`` (``negative_reciprocal``,
     ``eta < 0``); also the inverse link ``mu = 1 / eta`` (statsmodels' Gamma
     convention: the same model with ``eta -> -eta``), log and identity (``eta > 0``),

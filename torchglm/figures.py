@@ -5,19 +5,20 @@ one function in :data:`FIGURES` that fits the models it shows, writes
 ``DIR/<name>.png`` and returns the numbers it measured (printed as JSON):
 
 * ``gda_shared``         two Gaussian classes with one shared covariance: the
-  class-conditional densities and the sigmoidal posterior (seed 000);
+  class-conditional densities and the sigmoidal posterior (the lecture notes on probabilistic
+  classification, §3);
 * ``qda_three_classes``  three classes with different covariances: quadratic
-  boundaries (seed 000);
+  boundaries (the lecture notes, §3);
 * ``basis_moons_xor``    moons and XOR: linear logistic regression fails, the same
-  model on a Gaussian RBF basis separates them (seed 004);
+  model on a Gaussian RBF basis separates them (the lecture notes, §15);
 * ``basis_feature_space``  two Gaussian basis functions map data no line separates
-  to a plane where one does (seed 004's figure);
+  to a plane where one does (the lecture notes, §15; Bishop PRML fig. 4.12);
 * ``separable_weight_norm``  separable data: unregularized maximum likelihood drives
-  ``||w||`` to infinity and the sigmoid to a step, L2 keeps it finite (seed 004);
+  ``||w||`` to infinity and the sigmoid to a step, L2 keeps it finite (the lecture notes, §15);
 * ``solver_convergence`` gradient descent, Newton and IRLS on one logistic problem:
-  the objective gap per iteration on a log scale (seeds 000, 002, 003);
+  the objective gap per iteration on a log scale (the lecture notes, §7, §8 and §14);
 * ``bayes_predictive``   MAP against the Laplace, variational and MCMC predictives far from the data
-  (seed 000, "Bayesian logistic regression").
+  (the lecture notes, §12; Bishop PRML §4.5).
 
 ``--quick`` shrinks data and iteration budgets so the whole set runs in seconds
 (the tests use it); the committed PNGs under ``docs/figures`` come from the full run.
@@ -63,8 +64,9 @@ def _accuracy(model, x, y) -> float:
 
 
 def gda_shared(out: str, quick: bool = False) -> dict:
-    """Seed 000, GDA with a shared covariance: ``p(x|C_k) = N(mu_k, Sigma)`` gives
-    ``p(C_1|x) = sigma(w^T x + w_0)`` with ``w = Sigma^{-1}(mu_1 - mu_2)``.
+    """GDA with a shared covariance (the lecture notes, §3; Bishop PRML §4.2.1):
+    ``p(x|C_k) = N(mu_k, Sigma)`` gives ``p(C_1|x) = sigma(w^T x + w_0)`` with
+    ``w = Sigma^{-1}(mu_1 - mu_2)``.
 
     Left: the fitted class-conditional densities with the data; middle: the
     posterior ``p(C_1|x)``, a sigmoid of a linear function, so the boundary is a
@@ -124,7 +126,7 @@ def gda_shared(out: str, quick: bool = False) -> dict:
 
 
 def qda_three_classes(out: str, quick: bool = False) -> dict:
-    """Seed 000, GDA with one covariance per class: the log-odds are quadratic in
+    """GDA with one covariance per class (the lecture notes, §3): the log-odds are quadratic in
     ``x``, so the boundaries are conics. Left: the fitted densities; middle: the
     QDA posterior and boundaries; right: the same data with one shared covariance
     (linear boundaries), for contrast."""
@@ -166,9 +168,9 @@ RBF_CENTERS, RBF_L2 = 16, 1e-3
 
 
 def basis_moons_xor(out: str, quick: bool = False) -> dict:
-    """Seed 004: logistic regression on ``phi(x)``, 16 Gaussian RBFs with k-means
-    centers (crosses), against the same model on ``x``; test accuracy on fresh draws
-    in each title. Both fitted by Newton's method on mean NLL + (l2/2)||w||^2."""
+    """Fixed basis functions (the lecture notes, §15): logistic regression on ``phi(x)``, 16
+    Gaussian RBFs with k-means centers (crosses), against the same model on ``x``; test accuracy
+    on fresh draws in each title. Both fitted by Newton's method on mean NLL + (l2/2)||w||^2."""
     n_train, n_test = (150, 300) if quick else (400, 2000)
     data = {
         "moons (noise 0.2)": lambda n, s: moons(n, noise=0.2, seed=s),
@@ -209,7 +211,7 @@ def basis_moons_xor(out: str, quick: bool = False) -> dict:
 
 
 def basis_feature_space(out: str, quick: bool = False) -> dict:
-    """Seed 004's figure (Bishop PRML fig. 4.12): two Gaussian basis functions
+    """The figure of the lecture notes, §15 (Bishop PRML fig. 4.12): two Gaussian basis functions
     (centers: crosses; green: their 1/2 level sets) map data that no line separates
     in ``(x_1, x_2)`` (class C_0 near the centers, class C_1 on a ring around them)
     to ``(phi_1, phi_2)``, where a line separates them. Logistic regression on the two
@@ -298,7 +300,7 @@ def _separable_1d(n: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 def _gradient_descent_path(model, x, y, n_iter: int, lr: float) -> tuple[list, list]:
     """Fixed-step gradient descent ``w <- w - lr grad E(w)`` (the library's ``gd``
-    fitter, seed 004's loop) driven one pass at a time; ``||w||`` and ``(w, b)`` are
+    fitter, the loop of the lecture notes, §15) driven one pass at a time; ``||w||`` and ``(w, b)`` are
     recorded after every pass (pass ``k + 1`` leaves the model at step ``k``)."""
     fitter = model.make_fitter("gd", lr=lr, max_iter=n_iter, gtol=0.0)
     batches = TensorBatches(x, y)
@@ -315,10 +317,10 @@ def _gradient_descent_path(model, x, y, n_iter: int, lr: float) -> tuple[list, l
 
 
 def separable_weight_norm(out: str, quick: bool = False) -> dict:
-    """Seed 004, "ML solution can over-fit": on linearly separable data the
-    likelihood keeps growing as ``||w||`` grows, so gradient descent drives ``||w||``
+    """Maximum likelihood over-fits separable data (the lecture notes, §15; Bishop PRML §4.3.2): on linearly
+    separable data the likelihood keeps growing as ``||w||`` grows, so gradient descent drives ``||w||``
     to infinity and ``sigma(w x + b)`` to a step; the penalty ``(l2/2) w^2`` (a
-    Gaussian prior, seed 003) gives a finite minimizer. Left: ``||w||`` per
+    Gaussian prior, the lecture notes, §14) gives a finite minimizer. Left: ``||w||`` per
     gradient-descent iteration (log-scaled iterations: unpenalized, ``||w||`` grows
     like ``log t``); right: the fitted sigmoid at several iterations."""
     n_iter = 200 if quick else 10000
@@ -382,7 +384,7 @@ def separable_weight_norm(out: str, quick: bool = False) -> dict:
 
 
 def solver_convergence(out: str, quick: bool = False) -> dict:
-    """Seeds 000/002/003: the three solvers minimize the same objective, mean NLL +
+    """The lecture notes, §7, §8 and §14: the three solvers minimize the same objective, mean NLL +
     (l2/2)||w||^2, on the standardized breast-cancer data (30 features). Newton and
     IRLS (the same step written as weighted least squares) converge quadratically in
     a handful of iterations; gradient descent with a fixed step converges linearly.
@@ -434,8 +436,8 @@ class _BayesPredictive:
 
 
 def bayes_predictive(out: str, quick: bool = False) -> dict:
-    """Seed 000, "Bayesian logistic regression": the MAP plug-in ``sigma(w_MAP^T x)``
-    is as confident far from the data as near it, its contours parallel lines;
+    """Bayesian logistic regression (the lecture notes, §12; Bishop PRML §4.5.2): the MAP plug-in
+    ``sigma(w_MAP^T x)`` is as confident far from the data as near it, its contours parallel lines;
     the predictive ``p(C_1|x, D) = int sigma(w^T x) p(w|D) dw`` under the Laplace
     posterior ``N(w_MAP, H^{-1})`` (probit approximation ``sigma(kappa(sigma_a^2)
     mu_a)``, Bishop PRML 4.5.2) moderates towards 1/2 where ``sigma_a^2 = x^T S x``
@@ -458,8 +460,8 @@ def bayes_predictive(out: str, quick: bool = False) -> dict:
     prior = GaussianPrior(variance=4.0, bias_variance=4.0)
     post = laplace_posterior(model, (x, y), prior)
     bayes = _BayesPredictive(model, post)
-    # The other two ways to the predictive (seed 000, "Predictive distribution
-    # intractability"): the Jaakkola-Jordan variational Gaussian and NUTS draws.
+    # The other two ways to the predictive (the lecture notes, §12, options 2
+    # and 3): the Jaakkola-Jordan variational Gaussian and NUTS draws.
     others = {
         "variational": _BayesPredictive(model, variational_posterior(model, (x, y), prior)),
         "MCMC": _BayesPredictive(

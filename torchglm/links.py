@@ -1,7 +1,7 @@
 """Link functions ``g``: ``eta = g(mu)``, ``mu = g^{-1}(eta)``.
 
-A GLM (seed 000, "Exponential families and GLM") predicts ``mu = E[y|x]`` through
-an activation ``f = g^{-1}`` applied to the linear predictor ``eta = w^T x + w0``.
+A GLM (the lecture notes on probabilistic classification, §6; McCullagh & Nelder §2.2.4) predicts
+``mu = E[y|x]`` through an activation ``f = g^{-1}`` applied to the linear predictor ``eta = w^T x + w0``.
 Each link is one small class, registered in :data:`LINKS` by its ``@register``
 line; it declares a representative ``eta_interval``, which the simulated data and
 the tests read, so adding a link touches no other file (the families list the links
@@ -148,7 +148,7 @@ class Identity(Link):
 
 @register
 class Logit(Link):
-    """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; seed 000).
+    """``mu = sigma(eta) = 1 / (1 + e^{-eta})`` (canonical for Bernoulli; the lecture notes, §6).
 
     ``d sigma / d eta = sigma (1 - sigma) = sigma(eta) sigma(-eta)``.
     """
@@ -287,7 +287,7 @@ class _LogNdtr(_ElementwiseFunction):
 
 @register
 class Probit(Link):
-    """``mu = Phi(eta)``, the standard normal CDF (seed 000, "Probit regression").
+    """``mu = Phi(eta)``, the standard normal CDF (the lecture notes, §11; Bishop PRML §4.3.5).
 
     The outputs of a probit model are probits, not logits. ``log mu`` and
     ``log(1 - mu) = log Phi(-eta)`` carry stable first and second derivatives
@@ -364,7 +364,7 @@ class CLogLog(Link):
 
 @register
 class Log(Link):
-    """``mu = exp(eta)`` (canonical for Poisson; seed 000, Poisson regression)."""
+    """``mu = exp(eta)`` (canonical for Poisson; the lecture notes, §6)."""
 
     name = "log"
     eta_interval = (0.0, 1.0)
@@ -424,7 +424,7 @@ class Inverse(Link):
 
 @register
 class NegativeReciprocal(Link):
-    """``mu = -1 / eta`` (seed 000's exponential regression: theta = -lambda, y = -1/theta).
+    """``mu = -1 / eta`` (the lecture notes, §6: exponential regression, theta = -lambda, y = -1/theta).
 
     Defined for eta < 0 so that the mean ``mu = 1/lambda`` is positive.
     """
@@ -454,7 +454,7 @@ class NegativeReciprocal(Link):
 
 @register
 class Softmax(Link):
-    """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (seed 000).
+    """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (the lecture notes, §10).
 
     The canonical (multi-output) link of the categorical family. Its "link" maps
     probabilities to log-probabilities, defined up to an additive constant per row.

@@ -3,10 +3,11 @@
     E(theta) = sum_i s_i nll_i / sum_i s_i + (l2 / 2) ||P theta||^2
 
 ``P`` is the 0/1 mask of the penalized entries of the flat parameters (the weights
-``W``, not the bias). It is the negative log of seed 003's Gaussian prior
-``w ~ N(0, lambda I)`` per unit of sample weight, ``l2 = 1 / (lambda sum_i s_i)``
-(:meth:`torchglm.bayes.GaussianPrior.l2`). Its gradient is ``l2 P theta`` and its
-Hessian ``l2 diag(P)`` (seed 003: the ``I / lambda`` added to ``X^T Y X``).
+``W``, not the bias). It is the negative log of the Gaussian prior of the lecture notes on
+probabilistic classification, §14, ``w ~ N(0, lambda I)`` per unit of sample weight,
+``l2 = 1 / (lambda sum_i s_i)`` (:meth:`torchglm.bayes.GaussianPrior.l2`). Its gradient is
+``l2 P theta`` and its Hessian ``l2 diag(P)`` (the ``I / lambda`` the notes add to ``X^T Y X``;
+Bishop PRML eq. 4.143).
 
 The model's objective for SGD (:meth:`~torchglm.models.GeneralizedLinearModel.penalty`),
 the solvers' passes (:class:`~torchglm.solvers.pass_sums.PassSums`) and the Laplace

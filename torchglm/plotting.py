@@ -159,8 +159,8 @@ def decision_regions(
     ``p(C_1|x) = 1/2`` in black. ``K > 2`` classes: each grid point is coloured by the
     posterior-weighted mixture of the class colours ``sum_k p(C_k|x) c_k``, so pure
     regions are saturated and uncertain ones blend; the boundaries are the zero sets
-    of ``p_k - max_{j != k} p_j`` (seed 000, "posterior distribution of classes, with
-    boundary surfaces").
+    of ``p_k - max_{j != k} p_j`` (the lecture notes on probabilistic classification, §3: "posterior
+    distribution of classes, with boundary surfaces").
 
     Args:
         model: anything with ``predict_proba`` (a GLM, a generative classifier).
@@ -421,8 +421,8 @@ def weight_norm_paths(
     paths: Mapping[str, Sequence[float]], ax=None, title: str | None = None, logy: bool = False
 ) -> Figure:
     """``||w||`` per iteration, one curve per run (e.g. with and without L2 on
-    separable data, where the unpenalized norm grows without bound; seed 004,
-    "ML solution can over-fit")."""
+    separable data, where the unpenalized norm grows without bound; the lecture notes on
+    probabilistic classification, §15: "ML solution can over-fit")."""
     fig, ax = _axes(ax)
     for name, v in paths.items():
         v = np.asarray(v, dtype=float)

@@ -1,7 +1,8 @@
-"""Bag of words: tokenize, build a vocabulary, count (seed 002, spam vs ham).
+"""Bag of words: tokenize, build a vocabulary, count (the lecture notes on probabilistic
+classification, §13: spam vs ham).
 
 Under the bag-of-words hypothesis a document is the multiset of its terms
-(seed 000, "Naive Bayes classifiers recap"), so it is represented by the
+(the lecture notes, §1; Manning et al. §13.2), so it is represented by the
 vector ``z`` of term counts ``z_k`` over a vocabulary: the input of
 :class:`~torchglm.models.MultinomialNB` and of a logistic regression alike.
 

@@ -1,6 +1,6 @@
 """Bayesian GLM classifiers: Gaussian prior, MAP, Laplace posterior, posterior
-predictive, NUTS sampling and the choice of the prior variance (seed 000,
-"Bayesian logistic regression"; seed 003, "Prior?").
+predictive, NUTS sampling and the choice of the prior variance (the lecture notes on probabilistic
+classification, §12 and §14; Bishop PRML §4.5; Murphy §8.4).
 
 Typical use::
 

@@ -9,7 +9,8 @@ Around the MAP ``theta*`` the negative log posterior
     H = sum_i s_i d^2 nll_i / d theta^2 + diag(1/lambda, ..., 1/sigma_b^2)
 
 (for logistic regression ``sum_i sigma_i (1 - sigma_i) x_i x_i^T + I / lambda``,
-seed 003). The same expansion approximates the evidence
+the lecture notes on probabilistic classification, §14; Bishop PRML eq. 4.143). The same expansion
+approximates the evidence
 
     ln Z ~= ln p(D|theta*) + ln p(theta*) + (D/2) ln 2 pi - (1/2) ln |H|,
 

@@ -1,4 +1,5 @@
-"""The posterior predictive distribution (seed 000, "Bayesian logistic regression"):
+"""The posterior predictive distribution (the lecture notes on probabilistic classification, §12;
+Bishop PRML §4.5.2):
 
     p(C_1 | x, D) = integral sigma(w^T x~) p(w | D) dw.
 

@@ -1,4 +1,5 @@
-"""The Gaussian prior on a GLM's coefficients (seed 003, "Prior?").
+"""The Gaussian prior on a GLM's coefficients (the lecture notes on probabilistic
+classification, §14; Bishop PRML §4.5.1).
 
 ``w ~ N(0, lambda I)`` on the weights, so ``ln p(w) = -w^T w / (2 lambda) + const``;
 the bias is either left unpenalized (a flat, improper prior: the library's default)
@@ -24,7 +25,7 @@ class GaussianPrior:
     """Isotropic Gaussian prior ``N(0, variance I)`` on the weights.
 
     Args:
-        variance: the prior variance ``lambda`` of every weight (seed 003).
+        variance: the prior variance ``lambda`` of every weight.
         bias_variance: prior variance of each bias entry; ``None`` is a flat
             (improper) prior, i.e. an unpenalized bias as in the library's objective.
 

@@ -1,5 +1,5 @@
-"""Sampling the exact posterior knowing only ``g(w) = p(w) p(D|w)`` (seed 000,
-"Predictive distribution intractability", option 3: Monte Carlo).
+"""Sampling the exact posterior knowing only ``g(w) = p(w) p(D|w)`` (the lecture notes on
+probabilistic classification, §12, option 3: Monte Carlo; Hoffman & Gelman 2014, the No-U-Turn Sampler).
 
 Pyro's No-U-Turn sampler (Hoffman & Gelman 2014) runs on the potential
 ``U(theta) = -ln g(theta) = sum_i s_i nll_i(theta) + theta^T P theta / 2``. The

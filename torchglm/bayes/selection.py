@@ -1,8 +1,8 @@
 """Choosing the prior variance ``lambda`` from data.
 
-* **Validation sweep** (seed 003, "Hyperparameter: determined by validation set"):
-  fit the MAP on the training split for each ``lambda`` on a grid and score the
-  validation split (NLL and accuracy); pick the smallest validation NLL.
+* **Validation sweep** (the lecture notes on probabilistic classification, §14: the hyperparameter
+  is "determined by validation set"): fit the MAP on the training split for each ``lambda`` on a
+  grid and score the validation split (NLL and accuracy); pick the smallest validation NLL.
 * **Evidence maximization** (type-II maximum likelihood, MacKay 1992; PRML 4.4.1):
   maximize the Laplace estimate
   ``ln Z(lambda) ~= ln p(D|w*) + ln p(w*) + (D/2) ln 2 pi - (1/2) ln |H|``
@@ -171,7 +171,7 @@ def evidence_curve(
 def validation_curve(
     model, train, val, lambdas=None, bias_variance: float | None = None, solver: str = "newton", **options
 ) -> LambdaCurve:
-    """MAP validation NLL and accuracy per ``lambda`` (seed 003); the smallest NLL wins.
+    """MAP validation NLL and accuracy per ``lambda``; the smallest NLL wins.
 
     Args:
         model: a classification GLM (a template: it is copied, not changed).

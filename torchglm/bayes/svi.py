@@ -1,5 +1,5 @@
 """Stochastic variational inference with a full-rank Gaussian for any GLM classifier
-(seed 000, "Predictive distribution intractability", option 2: "approximate
+(the lecture notes on probabilistic classification, §12, option 2: "approximate
 p(w | X, t) with a density which can be treated analytically"; Bishop, PRML 10.1;
 Kucukelbir et al. 2017, "Automatic differentiation variational inference").
 

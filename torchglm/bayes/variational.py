@@ -1,5 +1,6 @@
 """Variational Bayesian logistic regression with the Jaakkola-Jordan local bound
-(seed 000, "Predictive distribution intractability", option 2; Bishop, PRML 10.6).
+(the lecture notes on probabilistic classification, §12, option 2; Bishop, PRML §10.6; Jaakkola
+& Jordan 2000).
 
 For ``a = theta^T x~ + o`` (``o`` an offset) the logistic likelihood has the local
 lower bound, tight at ``xi = |a|``,

@@ -55,7 +55,8 @@ def gaussian_classes(
     priors: Sequence[float] | None = None,
     seed: int = 0,
 ) -> Dataset:
-    """Classes drawn from Gaussians ``x | C_k ~ N(mu_k, Sigma_k)`` (seed 000, "Gaussian discriminant analysis").
+    """Classes drawn from Gaussians ``x | C_k ~ N(mu_k, Sigma_k)`` (the lecture notes on
+    probabilistic classification, §3; Bishop PRML §4.2.1).
 
     With one shared covariance the Bayes boundary is linear (logistic / softmax
     regression is the right model); with different covariances it is quadratic.
@@ -123,7 +124,8 @@ def gaussian_classes(
 
 
 def moons(n_samples: int = 400, noise: float = 0.2, seed: int = 0) -> Dataset:
-    """Two interleaving half circles (scikit-learn ``make_moons``, seed 004's example)."""
+    """Two interleaving half circles (scikit-learn ``make_moons``, the example of the lecture notes
+    on probabilistic classification, §15)."""
     from sklearn.datasets import make_moons
 
     x, y = make_moons(n_samples=n_samples, noise=noise, random_state=seed)

@@ -1,4 +1,5 @@
-"""Data simulated from a GLM with known coefficients (seed 000, "Exponential families and GLM").
+"""Data simulated from a GLM with known coefficients (the lecture notes on probabilistic
+classification, §6; McCullagh & Nelder §2.2).
 
 ``simulate_glm(family, link)`` draws features ``x ~ U(-1, 1)^d``, sets
 ``eta = w0 + x w`` with a fixed coefficient pattern scaled so that ``eta`` stays

@@ -1,7 +1,7 @@
 """Statistical inference for a fitted GLM: covariance, tests, deviance, AIC/BIC.
 
-At the maximum-likelihood estimate ``beta^`` of a GLM (seed 000, "Newton-Raphson
-and IRLS"), the asymptotic covariance is the inverse Fisher information times the
+At the maximum-likelihood estimate ``beta^`` of a GLM (the lecture notes on probabilistic classification, §8;
+McCullagh & Nelder §2.5 and §4.4), the asymptotic covariance is the inverse Fisher information times the
 dispersion::
 
     Cov(beta^) = phi * I(beta^)^{-1},   I = sum_i s_i x~_i h_i x~_i^T = S * H,
@@ -13,7 +13,7 @@ times it) and ``h_i`` is the observed second derivative of the NLL in ``eta``
 (``"expected"``, Fisher scoring / IRLS; the two coincide for canonical links).
 For a penalized fit (``l2 > 0``) ``H`` includes the penalty, so ``phi (S H)^{-1}``
 is the covariance of the Laplace approximation to the posterior at the MAP
-estimate (seed 003's Gaussian prior), not a sampling covariance.
+estimate (the Gaussian prior of the lecture notes, §14; Bishop PRML §4.5.1), not a sampling covariance.
 
 The dispersion is estimated after the fit as Pearson's ``X^2 / (n - p)``
 (statsmodels' default; 1 for Bernoulli, binomial, Poisson and exponential).

@@ -1,6 +1,6 @@
 """Per-class weighted means and centred scatter matrices, exact for any batch split.
 
-The Gaussian MLE (seed 000, "Gaussian discriminant analysis"; seed 001) needs
+The Gaussian MLE (the lecture notes on probabilistic classification, §4; Bishop PRML §4.2.2) needs
 ``mu_k = (1/n_k) sum_{i in C_k} x_i`` and ``S_k = (1/n_k) sum (x_i - mu_k)(x_i - mu_k)^T``.
 The one-pass textbook form ``sum x x^T / n_k - mu_k mu_k^T`` cancels catastrophically
 when ``|mu| >> sigma`` (relative error ``eps (|mu| / sigma)^2``: all of it in float32

@@ -1,8 +1,10 @@
-"""Gaussian discriminant analysis (seed 000 and 001, "Gaussian discriminant analysis").
+"""Gaussian discriminant analysis (the lecture notes on probabilistic classification, §3 and §4;
+Bishop PRML §4.2).
 
 Every class is a Gaussian, ``p(x | C_k) = N(x | mu_k, Sigma_k)``, with either one
 covariance shared by all classes (linear boundaries, LDA) or one per class
-(quadratic boundaries, QDA). The maximum likelihood estimates are (seed 000)::
+(quadratic boundaries, QDA). The maximum likelihood estimates are (the lecture notes, §4;
+Bishop PRML §4.2.2)::
 
     pi_k = n_k / n,    mu_k = (1 / n_k) sum_{i in C_k} x_i,
     S_k = (1 / n_k) sum_{i in C_k} (x_i - mu_k)(x_i - mu_k)^T,
@@ -154,7 +156,7 @@ def pinv_factor(cov: torch.Tensor, n: torch.Tensor, tol: float):
 class GaussianDiscriminantAnalysis(GenerativeClassifier):
     """Gaussian class conditionals with a shared or per-class covariance.
 
-    Shared covariance gives linear log-odds (seed 000, binary case)::
+    Shared covariance gives linear log-odds (the lecture notes, §3, binary case)::
 
         a(x) = log p(C_1|x)/p(C_0|x) = w^T x + w_0,   w = Sigma^{-1}(mu_1 - mu_0),
         w_0 = 1/2 (mu_0^T Sigma^{-1} mu_0 - mu_1^T Sigma^{-1} mu_1) + log pi_1 / pi_0
@@ -263,7 +265,7 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
 
     @property
     def n_parameters(self) -> int:
-        """``K d`` means + ``d(d+1)/2`` per covariance + ``K - 1`` priors (seed 000):
+        """``K d`` means + ``d(d+1)/2`` per covariance + ``K - 1`` priors (the lecture notes, §7):
         ``d(d+5)/2 + 1`` shared and ``d(d+3) + 1`` per class when ``K = 2``."""
         d, K = self.n_features, self.n_classes
         n_cov = 1 if self.shared else K
@@ -377,7 +379,7 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
 
     def relative_log_likelihood(self, x):
         """Shared Sigma: ``z^T m_k - 1/2 |m_k|^2``, i.e. ``log N(x | mu_k, Sigma)`` without
-        the class-shared ``-1/2 |z|^2 - 1/2 log|Sigma| - d/2 log 2 pi`` (seed 000,
+        the class-shared ``-1/2 |z|^2 - 1/2 log|Sigma| - d/2 log 2 pi`` (the lecture notes, §3,
         ``a_k = w_k^T x + w_k0``): linear in ``x``, so no ``|x|^2`` swamps the
         differences between classes at large ``|x|``. Per-class Sigma_k: the full density."""
         if not self.shared:
@@ -411,7 +413,7 @@ class GaussianDiscriminantAnalysis(GenerativeClassifier):
 
 
 class LinearDiscriminantAnalysis(GaussianDiscriminantAnalysis):
-    """GDA with one covariance shared by all classes: linear boundaries (seed 000)."""
+    """GDA with one covariance shared by all classes: linear boundaries (the lecture notes, §3)."""
 
     def __init__(
         self,
@@ -428,7 +430,7 @@ class LinearDiscriminantAnalysis(GaussianDiscriminantAnalysis):
 
 
 class QuadraticDiscriminantAnalysis(GaussianDiscriminantAnalysis):
-    """GDA with one covariance per class: quadratic boundaries (seed 000)."""
+    """GDA with one covariance per class: quadratic boundaries (the lecture notes, §3)."""
 
     def __init__(
         self,

@@ -1,7 +1,7 @@
 """Generative classifiers: class-conditional densities plus Bayes' rule.
 
 A generative classifier models the joint ``p(x, C_k) = p(x | C_k) p(C_k)`` and
-classifies through Bayes' rule (seed 000, "Generative models"; seed 001)::
+classifies through Bayes' rule (the lecture notes on probabilistic classification, §2; Bishop PRML §4.2)::
 
     a_k(x) = log p(x | C_k) + log p(C_k)          (the joint log-likelihood)
     p(C_k | x) = exp(a_k) / sum_j exp(a_j) = softmax(a)_k
@@ -13,7 +13,7 @@ negative log posterior ``-log p(C_y | x)`` (a cross entropy). The trainer thus
 computes the same metrics for generative and discriminative models.
 
 The posterior is unchanged when a term ``c(x)`` shared by all classes is dropped
-from ``a`` (seed 000: it cancels in the softmax), and is formed by ``log_softmax``
+from ``a`` (the lecture notes, §2: it cancels in the softmax), and is formed by ``log_softmax``
 (``a - max_k a_k`` first), so its rows sum to 1 to rounding for any finite ``a``;
 a non-finite ``a`` (a squared distance that overflows the dtype) raises
 :class:`~torchglm.InputError` instead of returning NaN.
@@ -45,7 +45,7 @@ Subclasses give:
     * optionally ``relative_log_likelihood(x)``: ``log p(x | C_k) - c(x)`` with
       ``c(x)`` shared by the classes and dropped for precision (default: ``c = 0``).
     * ``_sample_features(y, generator)``: draws ``x ~ p(x | C_{y_i})``.
-    * ``n_parameters``: the number of estimated parameters (seed 000, "Degrees of freedom").
+    * ``n_parameters``: the number of estimated parameters (the lecture notes, §7, "Degrees of freedom").
     * optionally ``_linear_parameters()`` -> ``(W (K, d), b (K,))`` when
       ``log p(x | C_k) = W_k x + b_k`` up to a term shared by all classes,
       which enables :meth:`GenerativeClassifier.to_linear`.
@@ -115,7 +115,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         n_features: number of input columns ``d``.
         n_classes: number of classes ``K`` (labels ``0..K-1``).
         priors: fixed class priors ``p(C_k)`` (K positive numbers summing to 1);
-            ``None`` fits them by maximum likelihood, ``pi_k = n_k / n`` (seed 000).
+            ``None`` fits them by maximum likelihood, ``pi_k = n_k / n`` (the lecture notes, §4).
         dtype: dtype of the fitted statistics (default: torch's default dtype). A
             fit with wider data (float64 into float32) moves the model to the
             data's dtype: precision follows the data and is never cast down.
@@ -205,7 +205,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         """``log p(x | C_k) - c(x)`` with ``c(x)`` shared by every class, shape (n, K).
 
         The posterior and the decision depend on ``a`` only up to such a term
-        (seed 000, "Multiple classes"); a model drops it where it would swamp the
+        (the lecture notes, §3, "Multiple classes"); a model drops it where it would swamp the
         differences between classes (the multinomial coefficient, ``x^T Sigma^{-1} x``).
         """
         return self.class_log_likelihood(x)
@@ -354,8 +354,8 @@ class GenerativeClassifier(FittedFlag, nn.Module):
     def sample(self, n: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Draw ``n`` pairs from the fitted joint: ``y ~ p(C)``, ``x ~ p(x | C_y)``.
 
-        Seed 000: a generative model can "generate random documents statistically
-        equivalent to the documents in the collection".
+        A generative model can "generate random documents statistically equivalent to
+        the documents in the collection" (the lecture notes, §2).
 
         Args:
             n: number of samples.
@@ -375,8 +375,8 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         """The discriminative model with the same posterior.
 
         When ``a_k(x) = w_k^T x + w_k0`` up to a term shared by all classes,
-        ``p(C_k | x) = softmax(W x + b)_k`` (seed 000, "Generative models and the
-        exponential family"; seed 002, "Naive Bayes is a linear classifier").
+        ``p(C_k | x) = softmax(W x + b)_k`` (the lecture notes, §5, and §13:
+        "Naive Bayes is a linear classifier"; Bishop PRML §4.2.4).
         Two classes give a :class:`~torchglm.LogisticRegression` with
         ``w = w_1 - w_0`` and ``w0 = w_10 - w_00`` (class 1 is the positive
         class ``C_1``); more give a :class:`~torchglm.SoftmaxRegression` with

@@ -1,8 +1,8 @@
 """Generalized linear models as single-layer ``nn.Module``s.
 
 ``eta = W x + b`` (one ``nn.Linear``), ``mu = g^{-1}(eta)`` through the family's
-link, trained on the family's negative log-likelihood (seed 000, "Generalized
-linear models"; seed 004, "logistic regression as a one-layer neural net").
+link, trained on the family's negative log-likelihood (the lecture notes on probabilistic classification,
+§6; §15: "logistic regression as a one-layer neural net"; McCullagh & Nelder §2.2).
 
 The objective every solver minimizes is the weighted mean NLL plus an L2
 penalty on the weights (not the bias)::
@@ -10,7 +10,8 @@ penalty on the weights (not the bias)::
     E(w) = sum_i s_i nll(eta_i, y_i) / sum_i s_i + (l2 / 2) ||W||^2
 
 which is the negative log posterior (divided by the total weight) under the
-Gaussian prior ``w ~ N(0, lambda I)`` of seed 003 with ``l2 = 1 / (lambda sum_i s_i)``.
+Gaussian prior ``w ~ N(0, lambda I)`` (the lecture notes, §14; Bishop PRML §4.5.1) with
+``l2 = 1 / (lambda sum_i s_i)``.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         return self.n_outputs if self.has_intercept else 0
 
     # Read accessors: code outside ``models/`` reads the coefficients through these,
-    # never through ``self.linear`` (issue 12), so the layout can change in one place.
+    # never through ``self.linear``, so the layout can change in one place.
     @property
     def has_intercept(self) -> bool:
         """Whether ``eta`` has the bias ``b`` (``fit_intercept`` at construction)."""
@@ -290,7 +291,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         return L2Penalty(self.l2)
 
     def penalty(self) -> torch.Tensor:
-        """``(l2 / 2) ||W||^2`` over the weights, not the bias (seed 003's Gaussian prior)."""
+        """``(l2 / 2) ||W||^2`` over the weights, not the bias (the Gaussian prior of the lecture
+        notes, §14)."""
         w = self.linear.weight
         if not self.l2:
             return w.new_zeros(())
@@ -394,7 +396,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
 
 
 class LogisticRegression(GeneralizedLinearModel):
-    """``p(C_1|x) = sigma(w^T x + w0)`` trained on cross-entropy (seed 000, 002, 004).
+    """``p(C_1|x) = sigma(w^T x + w0)`` on cross-entropy (the lecture notes, §7; Bishop PRML §4.3.2).
 
     The gradient of the summed NLL is ``sum_i (y_i - t_i) x_i`` with ``y_i = sigma(eta_i)``.
     """
@@ -406,7 +408,8 @@ class LogisticRegression(GeneralizedLinearModel):
 
 
 class ProbitRegression(GeneralizedLinearModel):
-    """``p(C_1|x) = Phi(w^T x + w0)``, the standard normal CDF (seed 000, "Probit regression")."""
+    """``p(C_1|x) = Phi(w^T x + w0)``, the standard normal CDF (the lecture notes, §11;
+    Bishop PRML §4.3.5)."""
 
     def __init__(
         self, n_features: int, l2: float = 0.0, fit_intercept: bool = True, dtype: torch.dtype | None = None
@@ -415,7 +418,7 @@ class ProbitRegression(GeneralizedLinearModel):
 
 
 class SoftmaxRegression(GeneralizedLinearModel):
-    """``p(C_k|x) = softmax(W x + b)_k`` with 1-of-K targets (seed 000, 003).
+    """``p(C_k|x) = softmax(W x + b)_k`` with 1-of-K targets (the lecture notes, §10; Bishop PRML §4.3.4).
 
     One weight row per class (K rows): the gradient of the summed NLL for class
     ``j`` is ``sum_i (y_ij - t_ij) x_i``. Unpenalized, adding one vector to every

@@ -1,7 +1,7 @@
 """Naive Bayes classifiers: features independent given the class.
 
-``p(x | C_k) = prod_j p(x_j | C_k)`` (seed 000, "The naive Bayes assumption" and
-"GDA: discrete features"; seed 002, "Naive Bayes (in our spam email setting)").
+``p(x | C_k) = prod_j p(x_j | C_k)`` (the lecture notes on probabilistic classification, §1, §4 and §13;
+Murphy §3.5; Manning et al. §13.2–13.3).
 Each variant is a one-parameter-per-feature family whose MLE is a ratio of
 per-class sums, smoothed by pseudo-counts:
 
@@ -17,14 +17,14 @@ Gaussian       ``N(x_j | mu_kj, s2_kj)``     ``mu_kj``, ``s2_kj + var_smoothing 
 with ``N_kj = sum_{i in C_k} x_ij``, ``N_k = sum_j N_kj`` and ``n_k`` the class
 size (all weighted by the sample weights); the multinomial's ``alpha`` may be one
 number (``alpha_j = alpha``) or one per feature, as in scikit-learn. ``alpha = 0`` (and ``beta = 0``) is
-the plain MLE of seed 002 (the Lagrange-multiplier solution ``theta_ck =
+the plain MLE of the lecture notes, §13 (the Lagrange-multiplier solution ``theta_ck =
 N_ck / N_c``); when a feature then never occurs in a class, ``log theta = -inf``
 and a test document containing it would get no finite log-likelihood, so the
 fit falls back to ``alpha = 1e-10`` with a :class:`NumericalWarning` (as
 scikit-learn does) instead of ever producing NaN probabilities.
 
 The multinomial, Bernoulli and Poisson variants have log-odds linear in ``x``
-(exponential-family class conditionals, seed 000), so :meth:`to_linear`
+(exponential-family class conditionals, the lecture notes, §5), so :meth:`to_linear`
 returns the equivalent logistic or softmax regression.
 """
 
@@ -143,7 +143,7 @@ class _CountSums:
 
 
 class MultinomialNB(_CountSums, GenerativeClassifier):
-    """Multinomial Naive Bayes for word counts (seed 002; seed 000 "language models").
+    """Multinomial Naive Bayes for word counts (the lecture notes, §1 and §13).
 
     A document is a bag of ``L = sum_j x_j`` tokens drawn from the class's
     categorical distribution ``theta_k`` over the vocabulary::
@@ -241,7 +241,8 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
         return counts
 
     def _linear_parameters(self):
-        """``w_kj = log theta_kj``, ``w_k0 = 0`` (seed 002: ``w_k = log theta_1k - log theta_2k``)."""
+        """``w_kj = log theta_kj``, ``w_k0 = 0`` (the lecture notes, §13:
+        ``w_k = log theta_1k - log theta_2k``)."""
         return self.log_theta, torch.zeros_like(self.log_prior)
 
     def extra_repr(self):
@@ -250,7 +251,7 @@ class MultinomialNB(_CountSums, GenerativeClassifier):
 
 
 class BernoulliNB(GenerativeClassifier):
-    """Bernoulli Naive Bayes for binary features (seed 000, "GDA: discrete features")::
+    """Bernoulli Naive Bayes for binary features (the lecture notes, §4, "GDA: discrete features")::
 
         log p(x | C_k) = sum_j x_j log p_kj + (1 - x_j) log(1 - p_kj)
         p_kj = (N_kj + alpha) / (n_k + 2 alpha)
@@ -344,7 +345,7 @@ class BernoulliNB(GenerativeClassifier):
         return torch.bernoulli(self.log_p[y].exp(), generator=generator)
 
     def _linear_parameters(self):
-        """``w_kj = log p_kj / (1 - p_kj)``, ``w_k0 = sum_j log(1 - p_kj)`` (seed 000)."""
+        """``w_kj = log p_kj / (1 - p_kj)``, ``w_k0 = sum_j log(1 - p_kj)`` (the lecture notes, §4)."""
         if self.binarize is not None:
             raise NotImplementedError("to_linear() needs binarize=None: thresholding is not linear in x")
         return self.log_p - self.log1m_p, self.log1m_p.sum(1)
@@ -354,7 +355,7 @@ class BernoulliNB(GenerativeClassifier):
 
 
 class PoissonNB(_CountSums, GenerativeClassifier):
-    """Poisson Naive Bayes for counts (seed 000: "Poisson in the case of count data")::
+    """Poisson Naive Bayes for counts (the lecture notes, §4: "Poisson in the case of count data")::
 
         log p(x | C_k) = sum_j x_j log lambda_kj - lambda_kj - log x_j!
         lambda_kj = (N_kj + alpha) / (n_k + beta)

@@ -21,7 +21,8 @@ __all__ = ["BayesianLogisticRegression"]
 class BayesianLogisticRegression(LabelEncoding, LogProbaOutputs, ClassifierMixin, TorchEstimator):
     """Logistic (two classes) or softmax (more) regression with the prior
     ``w ~ N(0, prior_variance I)``, fitted at the MAP and predicting with the Laplace
-    posterior ``N(theta*, H^{-1})`` (seed 000, "Bayesian logistic regression").
+    posterior ``N(theta*, H^{-1})`` (the lecture notes on probabilistic classification, §12;
+    Bishop PRML §4.5).
 
     Two classes: ``p(C_1 | x, D) ~= sigma(kappa(sigma_a^2) mu_a)``, the probit
     approximation with ``kappa(s) = (1 + pi s / 8)^{-1/2}``, ``mu_a`` the MAP's

@@ -22,11 +22,12 @@ __all__ = ["GradientDescentFitter", "CoordinateDescentFitter", "LBFGSFitter"]
 
 @register_solver
 class GradientDescentFitter(StepFitter):
-    """Full-batch gradient descent (seed 000: ``w <- w - alpha grad E(w)``).
+    """Full-batch gradient descent ``w <- w - alpha grad E(w)`` (the lecture notes on probabilistic
+    classification, §7).
 
     Args:
         model: the model to fit.
-        lr: a fixed step ``alpha`` (the seed's update, no line search); ``None``
+        lr: a fixed step ``alpha`` (the notes' update, no line search); ``None``
             (default) backtracks from twice the last accepted step.
         **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
     """
@@ -57,11 +58,11 @@ class GradientDescentFitter(StepFitter):
 
 @register_solver
 class CoordinateDescentFitter(StepFitter):
-    """Cyclic coordinate descent, one coefficient per pass (seed 000,
-    "at each iteration only one coefficient in w is updated").
+    """Cyclic coordinate descent, one coefficient per pass (the lecture notes, §7:
+    "at each iteration only one coefficient in w is updated"; Nocedal & Wright §9.3).
 
     Pass ``j`` updates coefficient ``k = j mod p`` by the one-dimensional Newton
-    step ``w_k <- w_k - g_k / H_kk`` (``H_kk`` from the pass), or by the seed's
+    step ``w_k <- w_k - g_k / H_kk`` (``H_kk`` from the pass), or by the notes'
     ``w_k <- w_k - alpha g_k`` when ``lr=alpha`` is given, with the shared line
     search. Convergence is tested on the whole gradient.
 

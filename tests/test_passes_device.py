@@ -1,0 +1,165 @@
+"""Device-aware passes, proved without a GPU.
+
+* On an accelerator a pass is chunked by a memory budget (``_chunk_rows``: 2^26
+  elements per product), not by the CPU cache: the number of matrix products in one
+  Newton pass does not grow with the number of rows up to that budget, and a K-class
+  softmax Hessian is one product per chunk over all class pairs, not K (K + 1) / 2.
+  Here the accelerator's rule is applied to CPU tensors and the products are counted
+  with ``torch.profiler``.
+* No host synchronisation inside a pass: ``PassSums.add`` never reads a value back
+  (no ``aten::item`` / ``aten::_local_scalar_dense``); counts and finiteness are read
+  once, in ``finish``.
+* Every solver and model runs on every available device with the CPU's result
+  (``cuda`` is skipped where there is none).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import torchglm.solvers.products as P
+from autograd_ref import assert_verified_optimum
+from torchglm.data.batches import TensorBatches
+from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers import SOLVERS, fit
+from torchglm.solvers.pass_sums import PassSums
+from devices import DEVICES
+
+MATMULS = {
+    "aten::mm",
+    "aten::addmm",
+    "aten::addmm_",
+    "aten::matmul",
+    "aten::bmm",
+    "aten::mv",
+    "aten::addmv",
+    "aten::addmv_",
+    "aten::dot",
+}
+SYNCS = {"aten::item", "aten::_local_scalar_dense"}
+
+
+def _data(n, d, K=None, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    if K is None:
+        y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(x[:, 0] - x[:, 1])).long()
+    else:
+        y = torch.randint(0, K, (n,), generator=g)
+    return x, y
+
+
+def _model(d, K=None):
+    if K is None:
+        return GeneralizedLinearModel(d, "bernoulli", "logit", l2=1e-3, dtype=torch.float64)
+    return GeneralizedLinearModel(d, "categorical", "softmax", n_classes=K, l2=1e-3, dtype=torch.float64)
+
+
+def _profile_pass(model, x, y, curvature="full"):
+    """Aten op counts of the ``add`` calls of one pass (and separately ``finish``)."""
+    theta = model.flat_parameters(torch.float64)
+    sums = PassSums(model, theta, curvature)
+    batches = TensorBatches(x, y, batch_size=None)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in batches:
+            sums.add(b)
+    counts = {}
+    for e in prof.key_averages():
+        counts[e.key] = counts.get(e.key, 0) + e.count
+    sums.finish()
+    return counts, sums
+
+
+@pytest.fixture
+def accelerator_chunks(monkeypatch):
+    """The accelerator's chunk rule (ACCELERATOR_CHUNK elements per product, no CPU
+    slabs), on CPU tensors."""
+    monkeypatch.setattr(P, "fused_rows", lambda x: None)
+    chunk_rows = P.chunk_rows
+    monkeypatch.setattr(
+        P, "chunk_rows", lambda x, width, cpu_budget=None: chunk_rows(x, width, P.ACCELERATOR_CHUNK)
+    )
+
+
+@pytest.mark.parametrize("K", [None, 4])
+def test_matmul_count_of_a_newton_pass_does_not_grow_with_n(accelerator_chunks, K):
+    counts = []
+    for n in (2_000, 200_000):
+        x, y = _data(n, 20, K)
+        c, _ = _profile_pass(_model(20, K), x, y)
+        counts.append(sum(v for k, v in c.items() if k in MATMULS))
+    assert counts[0] == counts[1] > 0, counts
+    if K is not None:
+        # One product per chunk over all K (K + 1) / 2 = 10 class pairs, plus the
+        # eta and gradient products: far fewer than one per pair.
+        assert counts[1] < K * (K + 1) // 2
+
+
+def test_cpu_slabs_grow_with_n_but_stay_cache_sized():
+    """On the CPU the same pass is blocked for the cache (rows in slabs of about 4 MB):
+    the opposite policy, chosen by the tensors' device."""
+    c_small, _ = _profile_pass(_model(20), *_data(2_000, 20))
+    c_large, _ = _profile_pass(_model(20), *_data(200_000, 20))
+    mm = [sum(v for k, v in c.items() if k in MATMULS) for c in (c_small, c_large)]
+    assert mm[1] > mm[0]
+
+
+@pytest.mark.parametrize("curvature", [None, "full", "hvp"])
+@pytest.mark.parametrize("K", [None, 3])
+def test_no_host_read_inside_a_pass(curvature, K):
+    x, y = _data(5_000, 8, K)
+    model = _model(8, K)
+    c, sums = _profile_pass(model, x, y, curvature)
+    assert not (SYNCS & set(c)), {k: c[k] for k in SYNCS & set(c)}
+    assert sums.n_samples == 5_000  # read once, in finish
+
+
+def _fit_on(device, family, link, solver, K=None):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(400, 3, generator=g, dtype=torch.float64)
+    eta = x @ torch.tensor([0.5, -0.3, 0.2], dtype=torch.float64)
+    if family == "categorical":
+        y = torch.randint(0, K, (400,), generator=g)
+    elif family == "bernoulli":
+        y = (torch.rand(400, generator=g, dtype=torch.float64) < torch.sigmoid(eta)).double()
+    elif family == "poisson":
+        y = torch.poisson(torch.exp(eta), generator=g)
+    else:
+        y = eta + 0.1 * torch.randn(400, generator=g, dtype=torch.float64)
+    m = GeneralizedLinearModel(3, family, link, n_classes=K, l2=1e-3, dtype=torch.float64).to(device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        r = fit(m, x.to(device), y.to(device), solver=solver, max_iter=5000, tol=1e-12)
+    return m, r, x, y
+
+
+MODELS = [
+    ("bernoulli", "logit", None),
+    ("bernoulli", "probit", None),
+    ("poisson", "log", None),
+    ("gaussian", "identity", None),
+    ("categorical", "softmax", 3),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("solver", sorted(SOLVERS) + ["auto"])
+@pytest.mark.parametrize("family,link,K", MODELS)
+def test_every_solver_and_model_on_every_device(device, solver, family, link, K):
+    """The fit runs where its tensors are, claims convergence only at a verified
+    optimum (an independent float64 Newton decrement on the CPU), and on an
+    accelerator agrees with the CPU fit."""
+    m, r, x, y = _fit_on(device, family, link, solver, K)
+    assert m.coef.device.type == device
+    if solver in ("newton", "irls", "newton-cg", "lbfgs", "auto"):
+        assert r.converged, r.message
+    assert_verified_optimum(m.cpu(), x, y, r)
+    if device != "cpu":
+        ref, r_cpu, _, _ = _fit_on("cpu", family, link, solver, K)
+        assert r.converged == r_cpu.converged
+        if r.converged:
+            torch.testing.assert_close(m.coef.cpu(), ref.coef, rtol=1e-6, atol=1e-7)

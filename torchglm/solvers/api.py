@@ -21,6 +21,7 @@ from .stepper import NEWTON_MAX_COST, StepFitter
 from .gradient import CoordinateDescentFitter, GradientDescentFitter, LBFGSFitter
 from .newton import IRLSFitter, NewtonCGFitter, NewtonFitter
 from .least_squares import QRFitter
+from .proximal import ProximalNewtonFitter
 
 __all__ = ["SOLVERS", "DIRECT_SOLVERS", "make_fitter", "fit", "choose_solver"]
 
@@ -35,6 +36,7 @@ SOLVERS: dict[str, type[Fitter]] = {
         GradientDescentFitter,
         CoordinateDescentFitter,
         LBFGSFitter,
+        ProximalNewtonFitter,
     )
 }
 #: Direct solvers for one family: ``qr`` (least squares, the Gaussian with the identity
@@ -105,7 +107,7 @@ def make_fitter(model, solver: str = "auto", **options) -> Fitter:
             reports it as ``solver_options``; :func:`fit` checks names itself).
     """
     if solver == "auto":
-        solver = choose_solver(model)
+        solver = "proximal" if options.get("l1") else choose_solver(model)  # only it handles L1
     return _solver_class(solver, solver)(model, **options)
 
 
@@ -182,6 +184,7 @@ def fit(
         # (derivatives.SparseRows); a COO design was gathered and converted every pass.
         x = x.to_sparse_csr()
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
+    name = "proximal" if solver == "auto" and options.get("l1") else name  # only it handles L1
     if solver == "auto" and name == "qr" and x.layout != torch.strided:
         name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly
     cls = _solver_class(name, solver)

@@ -292,7 +292,12 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
                 "class_weight", "None, 'balanced' or a dict {label: weight} over the classes", f"{err}"
             ) from None
         per_sample = np.asarray(per_class, dtype=np.float64)[encoded]
-        return per_sample if weight is None else weight * per_sample
+        if weight is None:
+            return per_sample
+        # A class whose samples all weigh 0 gets an infinite "balanced" weight: its
+        # samples stay at 0 (the data gate then names the single class left).
+        with np.errstate(invalid="ignore"):
+            return np.where(weight > 0, weight * per_sample, 0.0)
 
     def _targets_for_results(self, y):
         index = np.searchsorted(self.classes_, y)

@@ -15,6 +15,10 @@ ESTIMATORS = [getattr(tgs, name)() for name in tgs.__all__ if name != "expected_
     tgs.GLMClassifier(link="cloglog"),
     tgs.GLMRegressor(family="poisson"),
     tgs.LogisticRegression(solver="lbfgs"),
+    tgs.LogisticRegression(penalty="l1"),
+    tgs.LogisticRegression(penalty="elasticnet", l1_ratio=0.5, class_weight="balanced"),
+    tgs.LogisticRegression(penalty=None),
+    tgs.GLMRegressor(family="poisson", alpha=0.1, l1_ratio=0.5),
     tgs.LinearDiscriminantAnalysis(shrinkage=0.1),
     tgs.LinearDiscriminantAnalysis(solver="lsqr", shrinkage="auto"),
     tgs.QuadraticDiscriminantAnalysis(reg_param=0.1),
@@ -33,7 +37,7 @@ def test_sklearn_check_estimator(estimator, check):
 def test_every_estimator_is_checked():
     names = {type(e).__name__ for e in ESTIMATORS}
     assert names == set(tgs.__all__) - {"expected_failed_checks"}
-    assert len(names) == 11
+    assert len(names) == 12
 
 
 def test_expected_failures_are_only_the_documented_ones():

@@ -13,7 +13,10 @@ and ``cross_val_score``. ``device=`` and
 
 Penalties: ``C`` (classifiers) is scikit-learn's inverse regularization,
 ``l2 = 1 / (C sum_i s_i)`` in the library's objective; ``alpha``
-(:class:`GLMRegressor`) is scikit-learn's GLM ``alpha`` and equals ``l2``.
+(:class:`GLMRegressor`) is scikit-learn's GLM ``alpha`` and equals ``l2``. ``penalty="l1"``
+or ``"elasticnet"`` (with ``l1_ratio``; the regressor's ``l1_ratio`` is glum's) adds an L1
+term fitted by the proximal Newton solver, and :class:`LogisticRegressionCV` chooses ``C``
+by cross-validation.
 
 Example:
     >>> from sklearn.pipeline import make_pipeline
@@ -36,7 +39,7 @@ from ._generative import (
     PoissonNB,
     QuadraticDiscriminantAnalysis,
 )
-from ._glm import GLMClassifier, GLMRegressor, LogisticRegression, ProbitRegression
+from ._glm import GLMClassifier, GLMRegressor, LogisticRegression, LogisticRegressionCV, ProbitRegression
 
 __all__ = [
     "BayesianLogisticRegression",
@@ -46,6 +49,7 @@ __all__ = [
     "GaussianNB",
     "LinearDiscriminantAnalysis",
     "LogisticRegression",
+    "LogisticRegressionCV",
     "MultinomialNB",
     "PoissonNB",
     "ProbitRegression",

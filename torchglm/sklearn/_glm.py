@@ -10,35 +10,97 @@ minimizer with ``l2 = 1 / (C sum_i s_i)`` (``sum_i s_i = n`` without sample weig
 ``GammaRegressor``, ``TweedieRegressor``) minimize
 ``(1 / (2 sum_i s_i)) sum_i s_i dev_i + (alpha / 2) ||W||^2``, and half the unit
 deviance is the library's NLL up to a constant, so ``alpha`` *is* ``l2``.
+
+L1 and the elastic net (:class:`~torchglm.penalty.ElasticNetPenalty`). scikit-learn's
+``penalty="l1"`` / ``"elasticnet"`` minimize ``C sum_i s_i nll_i + l1_ratio ||W||_1 +
+(1 - l1_ratio) ||W||^2 / 2``: ``l1 = l1_ratio / (C sum_i s_i)`` and
+``l2 = (1 - l1_ratio) / (C sum_i s_i)``; the regressors' ``alpha`` and ``l1_ratio`` are
+glum's (``l1 = alpha l1_ratio``, ``l2 = alpha (1 - l1_ratio)``). An L1 term is fitted by
+the ``"proximal"`` solver (``solver="auto"`` picks it). ``class_weight`` multiplies the
+sample weights by the weight of each sample's class (scikit-learn's
+``compute_class_weight``; ``"balanced"``: ``n_samples / (n_classes * bincount(y))``,
+weighted by the sample weights when given), so ``sum_i s_i`` above is the sum of the
+products.
 """
 
 from __future__ import annotations
 
-import math
+import numbers
+import os
+from contextlib import contextmanager
 
 import numpy as np
 import torch
 from sklearn.base import ClassifierMixin, RegressorMixin
+from sklearn.metrics import get_scorer
+from sklearn.model_selection import check_cv
+from sklearn.utils import _safe_indexing
+from sklearn.utils.class_weight import compute_class_weight
 
 from .._validation import check_positive, fail
 from ..families import get_family
 from ..inference import GLMResults, glm_results
 from ..models.glm import GeneralizedLinearModel, SoftmaxRegression
 from ..models.glm import LogisticRegression as _Logistic
+from ..penalty import ElasticNetPenalty
 from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, check_target_values, to_numpy
 
-__all__ = ["GLMClassifier", "GLMRegressor", "LogisticRegression", "ProbitRegression"]
+__all__ = ["GLMClassifier", "GLMRegressor", "LogisticRegression", "LogisticRegressionCV", "ProbitRegression"]
 
 
-def l2_from_C(C: float, total_weight: float) -> float:
-    """The library's ``l2`` for scikit-learn's ``C``: ``1 / (C sum_i s_i)``; 0 for ``C = inf``."""
+#: scikit-learn's ``penalty`` values of the classifiers.
+PENALTIES = ("l2", "l1", "elasticnet", None)
+
+
+def elastic_net_from_C(penalty, C: float, l1_ratio, total_weight: float) -> ElasticNetPenalty:
+    """The library's ``l1`` and ``l2`` for scikit-learn's ``penalty``, ``C`` and
+    ``l1_ratio`` (module docstring): ``l1_ratio`` is 0 for ``"l2"``, 1 for ``"l1"``, the
+    given one for ``"elasticnet"`` (ignored otherwise, as scikit-learn does); ``None``
+    is unpenalized whatever ``C``."""
+    if penalty not in PENALTIES:
+        raise fail("penalty", f"one of {list(PENALTIES)}", repr(penalty))
     check_positive("C", C)
-    return 0.0 if math.isinf(C) else 1.0 / (C * float(total_weight))
+    if penalty is None:
+        return ElasticNetPenalty(0.0, 0.0)
+    ratio = {"l2": 0.0, "l1": 1.0}.get(penalty)
+    if penalty == "elasticnet":
+        ratio = _check_l1_ratio(l1_ratio, "with penalty='elasticnet'")
+    return ElasticNetPenalty.from_C(C, ratio, total_weight)
+
+
+def _check_l1_ratio(l1_ratio, where: str = "") -> float:
+    if isinstance(l1_ratio, bool) or not isinstance(l1_ratio, numbers.Real) or not 0 <= l1_ratio <= 1:
+        raise fail("l1_ratio", f"a number in [0, 1] {where}".strip(), repr(l1_ratio))
+    return float(l1_ratio)
+
+
+@contextmanager
+def torch_threads(n_jobs):
+    """``n_jobs`` as torch's intra-op threads for the duration of a fit (restored
+    after): ``None`` leaves torch's setting, a negative value counts back from the CPUs
+    as joblib does (``-1``: all of them)."""
+    if n_jobs is None:
+        yield
+        return
+    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
+        raise fail("n_jobs", "None, a positive integer or a negative one (-1: every CPU)", repr(n_jobs))
+    before = torch.get_num_threads()
+    n = int(n_jobs) if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + int(n_jobs))
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class _GLMEstimator(TorchEstimator):
     """Shared by the GLM classifiers and the regressor: the solver call, fitted
-    attributes and the statsmodels-style results."""
+    attributes and the statsmodels-style results.
+
+    ``warm_start``: start from the previous fit's coefficients (same features and
+    classes), as scikit-learn's; ``random_state``: accepted for compatibility, unused
+    (the solvers are deterministic full-batch methods: nothing is drawn at random);
+    ``n_jobs``: torch's intra-op threads during the fit (:func:`torch_threads`)."""
 
     _accept_sparse = True
 
@@ -50,9 +112,28 @@ class _GLMEstimator(TorchEstimator):
             options["tol"] = self.tol
         return options
 
-    def _fit_core(self, model: GeneralizedLinearModel, X, y, weight) -> None:
+    def _fit_core(self, model: GeneralizedLinearModel, X, y, weight, l1: float = 0.0) -> None:
         model = model.to(self._torch_device())
-        result = model.fit(X, y, weight=weight, solver=self.solver, **self._solver_options())
+        options = self._solver_options()
+        if l1 > 0:
+            if self.solver not in ("auto", "proximal"):
+                raise fail(
+                    "solver",
+                    "'auto' or 'proximal' with an L1 penalty (the solver that handles the L1 term)",
+                    repr(self.solver),
+                )
+            options["l1"] = l1
+        previous = getattr(self, "model_", None)
+        if (
+            getattr(self, "warm_start", False)
+            and previous is not None
+            and type(previous) is type(model)
+            and previous.linear.weight.shape == model.linear.weight.shape
+            and previous.has_intercept == model.has_intercept
+        ):
+            model.set_flat_parameters(previous.flat_parameters())
+        with torch_threads(getattr(self, "n_jobs", None)):
+            result = model.fit(X, y, weight=weight, solver=self.solver, **options)
         self.model_ = model
         self.fit_result_ = result
         self.n_iter_ = np.array([result.n_iter])
@@ -110,9 +191,19 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
         link: the Bernoulli family's link.
         C: inverse penalty strength, ``> 0``; ``np.inf`` is unpenalized
             (scikit-learn's ``penalty=None``). Library: ``l2 = 1 / (C sum_i s_i)``.
+        penalty: ``"l2"`` (default), ``"l1"``, ``"elasticnet"`` or ``None`` (unpenalized);
+            the L1 part is fitted by the ``"proximal"`` solver (module docstring).
+        l1_ratio: the elastic net's mix in ``[0, 1]`` with ``penalty="elasticnet"``
+            (ignored otherwise, as in scikit-learn).
         fit_intercept: fit the (unpenalized) bias.
         solver: a name in :data:`torchglm.solvers.SOLVERS` or ``"auto"``.
         max_iter, tol: passed to the solver (``None``: the solver's defaults).
+        class_weight: ``None``, ``"balanced"`` or a dict ``{label: weight}``: each
+            sample's weight is multiplied by its class's (module docstring).
+        warm_start: start from the previous fit's coefficients.
+        random_state: accepted for scikit-learn compatibility; unused (the solvers draw
+            nothing at random).
+        n_jobs: torch's intra-op threads during the fit (``None``: torch's setting).
         device: torch device of the model and the fit (``"cpu"``, ``"cuda"``).
         dtype: ``"float64"`` (default) or ``"float32"``: the model's parameters.
 
@@ -135,19 +226,31 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
         self,
         link="logit",
         C=1.0,
+        penalty="l2",
+        l1_ratio=None,
         fit_intercept=True,
         solver="auto",
         max_iter=None,
         tol=None,
+        class_weight=None,
+        warm_start=False,
+        random_state=None,
+        n_jobs=None,
         device="cpu",
         dtype="float64",
     ):
         self.link = link
         self.C = C
+        self.penalty = penalty
+        self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.class_weight = class_weight
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.n_jobs = n_jobs
         self.device = device
         self.dtype = dtype
 
@@ -174,11 +277,33 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
         """Fit on ``X`` (n, d: array, DataFrame, scipy.sparse or tensor) and labels ``y``."""
         X, y = self._validate_Xy(X, y)
         encoded = self._encode(y)
-        weight = self._sample_weight(sample_weight, X)
+        weight = self._class_weighted(self._sample_weight(sample_weight, X), y, encoded)
         total = X.shape[0] if weight is None else weight.sum()
-        model = self._core_model(X.shape[1], len(self.classes_), l2_from_C(self.C, total))
-        self._fit_core(model, X, encoded, weight)
+        pen = elastic_net_from_C(self.penalty, self.C, self.l1_ratio, total)
+        model = self._core_model(X.shape[1], len(self.classes_), pen.l2)
+        self._fit_core(model, X, encoded, weight, l1=pen.l1)
         return self
+
+    def _class_weighted(self, weight, y, encoded):
+        """The sample weights times each sample's class weight (scikit-learn's
+        ``compute_class_weight``, as its ``LogisticRegression`` calls it)."""
+        if self.class_weight is None:
+            return weight
+        try:
+            per_class = compute_class_weight(
+                self.class_weight, classes=self.classes_, y=y, sample_weight=weight
+            )
+        except (ValueError, TypeError) as err:
+            raise fail(
+                "class_weight", "None, 'balanced' or a dict {label: weight} over the classes", f"{err}"
+            ) from None
+        per_sample = np.asarray(per_class, dtype=np.float64)[encoded]
+        if weight is None:
+            return per_sample
+        # A class whose samples all weigh 0 gets an infinite "balanced" weight: its
+        # samples stay at 0 (the data gate then names the single class left).
+        with np.errstate(invalid="ignore"):
+            return np.where(weight > 0, weight * per_sample, 0.0)
 
     def _targets_for_results(self, y):
         index = np.searchsorted(self.classes_, y)
@@ -231,13 +356,32 @@ class LogisticRegression(GLMClassifier):
     _binary_only = False
 
     def __init__(
-        self, C=1.0, fit_intercept=True, solver="auto", max_iter=None, tol=None, device="cpu", dtype="float64"
+        self,
+        C=1.0,
+        penalty="l2",
+        l1_ratio=None,
+        fit_intercept=True,
+        solver="auto",
+        max_iter=None,
+        tol=None,
+        class_weight=None,
+        warm_start=False,
+        random_state=None,
+        n_jobs=None,
+        device="cpu",
+        dtype="float64",
     ):
         self.C = C
+        self.penalty = penalty
+        self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.class_weight = class_weight
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.n_jobs = n_jobs
         self.device = device
         self.dtype = dtype
 
@@ -258,13 +402,32 @@ class ProbitRegression(GLMClassifier):
     without ``link``. ``decision_function`` is the log-odds ``log Phi(eta) / Phi(-eta)``."""
 
     def __init__(
-        self, C=1.0, fit_intercept=True, solver="auto", max_iter=None, tol=None, device="cpu", dtype="float64"
+        self,
+        C=1.0,
+        penalty="l2",
+        l1_ratio=None,
+        fit_intercept=True,
+        solver="auto",
+        max_iter=None,
+        tol=None,
+        class_weight=None,
+        warm_start=False,
+        random_state=None,
+        n_jobs=None,
+        device="cpu",
+        dtype="float64",
     ):
         self.C = C
+        self.penalty = penalty
+        self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.class_weight = class_weight
+        self.warm_start = warm_start
+        self.random_state = random_state
+        self.n_jobs = n_jobs
         self.device = device
         self.dtype = dtype
 
@@ -281,11 +444,14 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         family: a name in :data:`torchglm.FAMILIES` (not the classifiers'
             ``"bernoulli"``/``"categorical"``: use :class:`GLMClassifier`).
         link: a link the family allows; ``None`` is its canonical link.
-        alpha: L2 penalty on the weights, ``>= 0``: scikit-learn's ``alpha`` of
+        alpha: penalty strength on the weights, ``>= 0``: scikit-learn's ``alpha`` of
             ``PoissonRegressor``/``GammaRegressor``/``TweedieRegressor``, and exactly
-            the library's ``l2`` (see the module docstring). Default 0 (unpenalized,
-            as statsmodels; scikit-learn's default is 1).
-        fit_intercept, solver, max_iter, tol, device, dtype: as :class:`GLMClassifier`.
+            the library's ``l2`` for ``l1_ratio = 0`` (see the module docstring). Default 0
+            (unpenalized, as statsmodels; scikit-learn's default is 1).
+        l1_ratio: glum's (and scikit-learn's ``ElasticNet``'s) mix in ``[0, 1]``:
+            ``l1 = alpha l1_ratio``, ``l2 = alpha (1 - l1_ratio)``. Default 0 (ridge).
+        fit_intercept, solver, max_iter, tol, warm_start, n_jobs, device, dtype: as
+            :class:`GLMClassifier`.
 
     Attributes:
         coef_ (d,), intercept_ (float), n_iter_ (1,), converged_, n_features_in_,
@@ -312,20 +478,26 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         family="gaussian",
         link=None,
         alpha=0.0,
+        l1_ratio=0.0,
         fit_intercept=True,
         solver="auto",
         max_iter=None,
         tol=None,
+        warm_start=False,
+        n_jobs=None,
         device="cpu",
         dtype="float64",
     ):
         self.family = family
         self.link = link
         self.alpha = alpha
+        self.l1_ratio = l1_ratio
         self.fit_intercept = fit_intercept
         self.solver = solver
         self.max_iter = max_iter
         self.tol = tol
+        self.warm_start = warm_start
+        self.n_jobs = n_jobs
         self.device = device
         self.dtype = dtype
 
@@ -344,15 +516,16 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
                 "family", "a regression family (use GLMClassifier for classification)", repr(self.family)
             )
         check_positive("alpha", self.alpha, allow_zero=True)
+        pen = ElasticNetPenalty.from_alpha(float(self.alpha), _check_l1_ratio(self.l1_ratio))
         model = GeneralizedLinearModel(
             X.shape[1],
             family,
-            l2=float(self.alpha),
+            l2=pen.l2,
             fit_intercept=self.fit_intercept,
             dtype=self._torch_dtype(),
         )
         y = y.astype(np.float64 if self._torch_dtype() == torch.float64 else np.float32, copy=False)
-        self._fit_core(model, X, y, self._sample_weight(sample_weight, X))
+        self._fit_core(model, X, y, self._sample_weight(sample_weight, X), l1=pen.l1)
         return self
 
     def _shape_coef(self, w, b):
@@ -384,3 +557,191 @@ class GLMRegressor(RegressorMixin, _GLMEstimator):
         """The predicted mean ``E[y | x]``, shape (n,)."""
         eta = self._eta(X)  # first: its fitted check comes before model_ is read
         return to_numpy(self.model_.family.mean(eta))
+
+
+class LogisticRegressionCV(LogisticRegression):
+    """:class:`LogisticRegression` with ``C`` (and the elastic net's ``l1_ratio``) chosen
+    by cross-validation, as scikit-learn's ``LogisticRegressionCV``.
+
+    For every fold (``cv``: scikit-learn's ``check_cv``, stratified 5-fold by default)
+    and ``l1_ratio``, the path over ``Cs_`` (ascending: strongest penalty first) is
+    fitted with each fit warm-started from the previous ``C``'s coefficients; each fit
+    is scored on the held-out fold (``scoring``: a scikit-learn scorer name or callable;
+    ``None``, accuracy). The best ``(C, l1_ratio)`` maximizes the score summed over the
+    folds (the first on ties). ``refit=True`` then fits it on all the data;
+    ``refit=False`` keeps the mean of the folds' best coefficients, and ``C_`` the mean
+    of their best ``C``. ``class_weight="balanced"`` is computed once on the whole data
+    and passed to every fold, as scikit-learn does.
+
+    Args:
+        Cs: an int (that many ``C`` on ``np.logspace(-4, 4, Cs)``) or a sequence of ``C``.
+        l1_ratios: the ``l1_ratio`` grid for ``penalty="elasticnet"`` (required there).
+        cv: folds: an int, a splitter or an iterable of (train, test) index pairs.
+        penalty, fit_intercept, solver, max_iter, tol, class_weight, random_state,
+            n_jobs, device, dtype: as :class:`LogisticRegression`.
+        scoring: the cross-validation score (``None``: accuracy).
+        refit: refit the best parameters on all the data.
+
+    Attributes:
+        Cs_ (n_Cs,), l1_ratios_ (n_l1_ratios,), C_ (float), l1_ratio_ (float or ``None``),
+        scores_ (n_folds, n_l1_ratios, n_Cs), coefs_paths_ (n_folds, n_l1_ratios, n_Cs,
+        rows, n_features + fit_intercept), and :class:`LogisticRegression`'s.
+
+    Example:
+        >>> from sklearn.datasets import load_breast_cancer
+        >>> from sklearn.pipeline import make_pipeline
+        >>> from sklearn.preprocessing import StandardScaler
+        >>> X, y = load_breast_cancer(return_X_y=True)
+        >>> cv = make_pipeline(StandardScaler(), LogisticRegressionCV(Cs=5, penalty="l1")).fit(X, y)
+        >>> cv[-1].C_ in cv[-1].Cs_, cv[-1].score(StandardScaler().fit_transform(X), y) > 0.95
+        (True, True)
+    """
+
+    def __init__(
+        self,
+        Cs=10,
+        l1_ratios=None,
+        cv=None,
+        penalty="l2",
+        scoring=None,
+        refit=True,
+        fit_intercept=True,
+        solver="auto",
+        max_iter=None,
+        tol=None,
+        class_weight=None,
+        random_state=None,
+        n_jobs=None,
+        device="cpu",
+        dtype="float64",
+    ):
+        self.Cs = Cs
+        self.l1_ratios = l1_ratios
+        self.cv = cv
+        self.penalty = penalty
+        self.scoring = scoring
+        self.refit = refit
+        self.fit_intercept = fit_intercept
+        self.solver = solver
+        self.max_iter = max_iter
+        self.tol = tol
+        self.class_weight = class_weight
+        self.random_state = random_state
+        self.n_jobs = n_jobs
+        self.device = device
+        self.dtype = dtype
+
+    def _grid(self):
+        if isinstance(self.Cs, numbers.Integral) and not isinstance(self.Cs, bool):
+            if self.Cs < 1:
+                raise fail("Cs", "a positive int or a sequence of C > 0", repr(self.Cs))
+            Cs = np.logspace(-4, 4, int(self.Cs))
+        else:
+            Cs = np.asarray(self.Cs, dtype=np.float64).reshape(-1)
+            if Cs.size == 0 or not bool(np.all(Cs > 0)):
+                raise fail("Cs", "a positive int or a sequence of C > 0", repr(self.Cs))
+        if self.penalty != "elasticnet":
+            return Cs, [None]
+        if self.l1_ratios is None or np.ndim(self.l1_ratios) != 1 or len(self.l1_ratios) == 0:
+            raise fail(
+                "l1_ratios", "a sequence of numbers in [0, 1] with penalty='elasticnet'", repr(self.l1_ratios)
+            )
+        return Cs, [_check_l1_ratio(r, "with penalty='elasticnet'") for r in self.l1_ratios]
+
+    def _member(self, C, l1_ratio, class_weight, warm_start) -> LogisticRegression:
+        return LogisticRegression(
+            C=C,
+            penalty=self.penalty,
+            l1_ratio=l1_ratio,
+            fit_intercept=self.fit_intercept,
+            solver=self.solver,
+            max_iter=self.max_iter,
+            tol=self.tol,
+            class_weight=class_weight,
+            warm_start=warm_start,
+            device=self.device,
+            dtype=self.dtype,
+        )
+
+    def fit(self, X, y, sample_weight=None):
+        """Cross-validate ``C`` (and ``l1_ratio``) on ``X, y``, then fit (``refit``)."""
+        X, y = self._validate_Xy(X, y)
+        encoded = self._encode(y)
+        if self.penalty not in PENALTIES:
+            raise fail("penalty", f"one of {list(PENALTIES)}", repr(self.penalty))
+        weight = self._sample_weight(sample_weight, X)
+        Cs, ratios = self._grid()
+        class_weight = self.class_weight
+        if class_weight == "balanced":
+            self._class_weighted(weight, y, encoded)  # the one message for bad inputs
+            per_class = compute_class_weight("balanced", classes=self.classes_, y=y, sample_weight=weight)
+            class_weight = dict(zip(self.classes_.tolist(), per_class))
+        folds = list(check_cv(self.cv, y, classifier=True).split(np.zeros((len(y), 1)), y))
+        scorer = None if self.scoring is None else get_scorer(self.scoring)
+        rows = 1 if len(self.classes_) == 2 else len(self.classes_)
+        width = self.n_features_in_ + bool(self.fit_intercept)
+        scores = np.empty((len(folds), len(ratios), len(Cs)))
+        paths = np.zeros((len(folds), len(ratios), len(Cs), rows, width))
+        with torch_threads(self.n_jobs):
+            for f, (train, test) in enumerate(folds):
+                X_train, X_test = _rows(X, train), _rows(X, test)
+                w_train = None if weight is None else weight[train]
+                w_test = None if weight is None else weight[test]
+                for r, ratio in enumerate(ratios):
+                    member = self._member(Cs[0], ratio, class_weight, warm_start=True)
+                    for c, C in enumerate(Cs):
+                        member.set_params(C=C).fit(X_train, y[train], sample_weight=w_train)
+                        extra = {} if w_test is None else {"sample_weight": w_test}
+                        if scorer is None:
+                            scores[f, r, c] = member.score(X_test, y[test], **extra)
+                        else:
+                            scores[f, r, c] = scorer(member, X_test, y[test], **extra)
+                        paths[f, r, c, :, : self.n_features_in_] = member.coef_
+                        if self.fit_intercept:
+                            paths[f, r, c, :, -1] = member.intercept_
+        self.Cs_, self.l1_ratios_ = Cs, np.asarray([np.nan if r is None else r for r in ratios])
+        self.scores_, self.coefs_paths_ = scores, paths
+        # C-major like scikit-learn's (n_Cs, n_l1_ratios) sum, so ties break the same way
+        grid = (len(Cs), len(ratios))
+        best_c, best_r = np.unravel_index(np.argmax(scores.sum(0).T), grid)
+        if self.refit:
+            self.C_, self.l1_ratio_ = float(Cs[best_c]), ratios[best_r]
+            final = self._member(self.C_, self.l1_ratio_, class_weight, warm_start=False)
+            with torch_threads(self.n_jobs):
+                final.fit(X, y, sample_weight=sample_weight)
+            for name in ("model_", "fit_result_", "n_iter_", "converged_", "coef_", "intercept_"):
+                setattr(self, name, getattr(final, name))
+            return self
+        best = [np.unravel_index(np.argmax(scores[f].T), grid) for f in range(len(folds))]
+        self.C_ = float(np.mean([Cs[c] for c, _ in best]))
+        self.l1_ratio_ = None if ratios[0] is None else float(np.mean([ratios[r] for _, r in best]))
+        mean = np.mean([paths[f, r, c] for f, (c, r) in enumerate(best)], axis=0)
+        total = X.shape[0] if weight is None else weight.sum()
+        model = self._core_model(
+            self.n_features_in_,
+            len(self.classes_),
+            elastic_net_from_C(
+                self.penalty, self.C_, self.l1_ratio_ if self.l1_ratio_ is not None else 0.0, total
+            ).l2,
+        )
+        model = model.to(self._torch_device())
+        theta = mean[:, : self.n_features_in_].reshape(-1)
+        if self.fit_intercept:
+            theta = np.concatenate([theta, mean[:, -1]])
+        model.set_flat_parameters(torch.as_tensor(theta))
+        model.mark_fitted()
+        self.model_, self.fit_result_ = model, None
+        self.n_iter_ = np.array([0])
+        self.converged_ = False  # a mean of fold optima is no optimum of any objective
+        self.coef_, self.intercept_ = (
+            mean[:, : self.n_features_in_],
+            (mean[:, -1] if self.fit_intercept else np.zeros(rows)),
+        )
+        return self
+
+
+def _rows(X, index):
+    """Rows ``index`` of a NumPy array, scipy.sparse matrix or torch tensor."""
+    if isinstance(X, torch.Tensor):
+        return X[torch.as_tensor(index, device=X.device)]
+    return _safe_indexing(X, index)

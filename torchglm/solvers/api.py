@@ -20,7 +20,7 @@ from .layout import hessian_cost
 from .finish import NEWTON_MAX_COST
 from .stepper import StepFitter
 from .registry import DIRECT_SOLVERS, SOLVERS
-from . import gradient, least_squares, newton  # noqa: F401 - their fitter classes register themselves
+from . import gradient, least_squares, newton, proximal  # noqa: F401 - their fitter classes register themselves
 
 __all__ = ["make_fitter", "fit", "choose_solver"]
 
@@ -87,7 +87,7 @@ def make_fitter(model: LinearModel, solver: str = "auto", **options) -> Fitter:
             reports it as ``solver_options``; :func:`fit` checks names itself).
     """
     if solver == "auto":
-        solver = choose_solver(model)
+        solver = "proximal" if options.get("l1") else choose_solver(model)  # only it handles L1
     return _solver_class(solver, solver)(model, **options)
 
 
@@ -164,6 +164,7 @@ def fit(
         # (sparse_rows.SparseRows); a COO design was gathered and converted every pass.
         x = x.to_sparse_csr()
     name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
+    name = "proximal" if solver == "auto" and options.get("l1") else name  # only it handles L1
     if solver == "auto" and name == "qr" and x.layout != torch.strided:
         name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly
     cls = _solver_class(name, solver)

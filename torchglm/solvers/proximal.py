@@ -209,7 +209,7 @@ class ProximalNewtonFitter(IRLSFitter):
                 f"every target lies on the boundary of the mean's range (weighted mean {float(ybar[0]):g}): "
                 f"the intercept {name} (not penalized) diverges whatever l1 and l2; the estimate does not exist"
             )
-            self.result.extra["separation"] = {"kind": "boundary", "coefficients": {name: 1.0}}
+            self.result.extra.separation = {"kind": "boundary", "coefficients": {name: 1.0}}
             _warn(msg, SeparationWarning)
             self._prox_finish(False, msg)
             return
@@ -217,7 +217,7 @@ class ProximalNewtonFitter(IRLSFitter):
         if bool(torch.isfinite(b).all()) and bool(family.valid_eta(b).all()):
             self.theta = self.theta.clone()
             self.theta[-1] = b[0]
-            self.result.extra["start"] = "intercept-only"
+            self.result.extra.start = "intercept-only"
 
     def _prox_accept(self, s: PassSums, F: float, step: float) -> None:
         self.base, self.base_theta, self.base_F = s, self.theta, F

@@ -307,7 +307,7 @@ def run(cli: GLMCLI) -> dict[str, Any]:
             )
     _infer_n_classes(task, dm)
     dm.setup("fit")
-    if dm.streamed and (task.solver == "sgd" or task.basis is not None):
+    if dm.streamed and (not task.driver.reads_streamed_files or task.basis is not None):
         raise fail(
             "data.memory_budget",
             f"a pass-based solver without a basis for a file streamed from disk ('{dm.source}' is "

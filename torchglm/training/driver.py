@@ -24,10 +24,14 @@ class Driver:
         reports_best_epoch: whether the run reports the epoch with the lowest
             validation loss (mini-batch optimization) rather than the last iterate
             (a pass-based solver's estimate is its final iterate).
+        reads_streamed_files: whether the fit can read a file streamed from disk in
+            order, a batch at a time (a pass is a sum over batches in any order;
+            mini-batch optimization draws shuffled batches every epoch).
     """
 
     fitter = None
     reports_best_epoch = False
+    reads_streamed_files = True
     #: whether a resumed fit's solver had met its own stopping rule (its checkpoint says).
     resumed_done = False
 

@@ -53,6 +53,7 @@ class SGDDriver(Driver):
     """
 
     reports_best_epoch = True
+    reads_streamed_files = False
 
     def __init__(self, task) -> None:
         super().__init__(task)

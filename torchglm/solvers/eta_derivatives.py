@@ -6,11 +6,11 @@ The objective of :class:`~torchglm.models.GeneralizedLinearModel` is
     eta_i = W x_i + b (+ offset_i),
 
 with per-sample loss ``l = family.nll`` and sample weights ``s_i``. By the chain
-rule (seed 000, "Newton-Raphson and logistic regression"), with the augmented
+rule (the lecture notes on probabilistic classification, §8; Bishop PRML §4.3.3), with the augmented
 design ``x~_i = [x_i, 1]``::
 
-    grad E = X~^T (s * dl/deta) / S + l2 [W, 0]                     (seed 000: X^T (y - t))
-    hess E = X~^T diag(s * d2l/deta2) X~ / S + l2 diag([1_W, 0_b])  (seed 003: X^T Y X + I / lambda)
+    grad E = X~^T (s * dl/deta) / S + l2 [W, 0]                     (§8: X^T (y - t))
+    hess E = X~^T diag(s * d2l/deta2) X~ / S + l2 diag([1_W, 0_b])  (§14: X^T Y X + I / lambda)
 
 so the only per-sample derivatives needed are those of ``l`` with respect to
 ``eta`` (here; :class:`~.pass_sums.PassSums` sums the products with ``X~``). They
@@ -40,7 +40,7 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
         y: targets, shape (n,).
         order: 1 for ``(nll, d1)``, 2 for ``(nll, d1, d2)``.
         expected: give the expected information instead of ``d2`` (Fisher
-            scoring, seed 000's IRLS weights): ``(dmu/deta)^2 / V(mu)`` for
+            scoring, the IRLS weights of §8): ``(dmu/deta)^2 / V(mu)`` for
             single-output families. Multi-output families (the categorical with
             its canonical softmax link) have ``d2`` free of ``y``, so the
             expected and observed information coincide and ``d2`` is returned.

@@ -269,7 +269,7 @@ def hessian_and_gradient(
 
     Sums over ``batches`` (all-reduced across processes when ``torch.distributed``
     is initialized) of the penalized objective ``E`` of the model (mean NLL +
-    ``(l2/2)||W||^2``), its gradient and its Hessian (seed 003: at the MAP
+    ``(l2/2)||W||^2``), its gradient and its Hessian (the lecture notes, §14: at the MAP
     estimate, the Hessian is the precision of the Laplace posterior; its
     inverse, the asymptotic covariance of the estimate, divided by ``sum_i s_i``).
 

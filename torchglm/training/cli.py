@@ -284,19 +284,9 @@ def _file_identity(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def run(cli: GLMCLI) -> dict[str, Any]:
-    """Validate, fit, validate and test; write ``model.ckpt`` and ``metrics.json``;
-    return the metrics.
-
-    Everything that can be checked before fitting (data, hyper-parameters, the
-    ``--resume`` checkpoint, the run directory and its lock) is checked before
-    anything is written. A failure while fitting restores the run directory.
-
-    Raises:
-        InputError: bad data, hyper-parameters or checkpoint; a run directory that
-            is a file or is in use; a numerical failure caused by the data.
-    """
-    task, dm, trainer = cli.model, cli.datamodule, cli.trainer
+def _prepare(cli: GLMCLI, task, dm, trainer) -> str | None:
+    """Everything checked before a run writes anything: the Trainer's limits, the data
+    (set up), the model (built), and the ``--resume`` checkpoint; returns that path."""
     for key in ("max_epochs", "max_steps"):
         if getattr(trainer, key) == 0:
             # Lightning would "fit" nothing and report the initial weights as a model.
@@ -326,17 +316,38 @@ def run(cli: GLMCLI) -> dict[str, Any]:
                 f"'{resume}' (not found)",
             )
         _check_resumable(load_checkpoint(resume, "resume"), task, resume)
+    return resume
+
+
+def _drop_earlier_events(run_dir: Path) -> None:
+    """A new fit into a run directory replaces its model and metrics; the earlier
+    fit's TensorBoard events went on beside the new ones, so every curve showed two
+    values per step. They go (the directory was backed up: a failed run restores
+    them); a resumed run continues its own curves beside them."""
+    for old in run_dir.glob("events.out.tfevents.*"):
+        old.unlink()
+
+
+def run(cli: GLMCLI) -> dict[str, Any]:
+    """Validate, fit, validate and test; write ``model.ckpt`` and ``metrics.json``;
+    return the metrics.
+
+    Everything that can be checked before fitting (data, hyper-parameters, the
+    ``--resume`` checkpoint, the run directory and its lock) is checked before
+    anything is written. A failure while fitting restores the run directory.
+
+    Raises:
+        InputError: bad data, hyper-parameters or checkpoint; a run directory that
+            is a file or is in use; a numerical failure caused by the data.
+    """
+    task, dm, trainer = cli.model, cli.datamodule, cli.trainer
+    resume = _prepare(cli, task, dm, trainer)
     run_dir = Path(cli.run_dir)
     last = run_dir / "checkpoints" / "last.ckpt"
     last_before = _file_identity(last)
     rd = RunDir(run_dir, primary=_is_primary())
     if resume is None and _is_primary():
-        # A new fit into a run directory replaces its model and metrics; the earlier
-        # fit's TensorBoard events went on beside the new ones, so every curve showed
-        # two values per step. They go (the directory was backed up: a failed run
-        # restores them); a resumed run continues its own curves beside them.
-        for old in run_dir.glob("events.out.tfevents.*"):
-            old.unlink()
+        _drop_earlier_events(run_dir)
     try:
         metrics = _fit_and_report(cli, task, dm, trainer, run_dir, resume)
     except InputError:

@@ -377,11 +377,37 @@ class GLMDataModule(pl.LightningDataModule):
         return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > self.memory_budget
 
     def _setup_streamed(self) -> None:
-        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: two passes over
-        the file give the targets, the finiteness check, the data digest and the
-        training split's standardization (the same statistics as
-        :func:`~.features.standardization`: column maxima ``m_j``, then the mean and
-        variance of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: the splits read
+        their rows from the file when a pass asks (:func:`_streamed_statistics` gives
+        the targets and the training split's standardization)."""
+        npy, col, columns = self._streamed_source()
+        n = npy.shape[0]
+        parts = self._parts(n)
+        train = np.zeros(n, dtype=bool)
+        train[parts["train"].numpy()] = True
+        y, mean, scale, digest = _streamed_statistics(
+            npy, col, columns, train, self.batch_size or 65536, self.standardize
+        )
+        yt = torch.from_numpy(y)
+        check_finite("y", yt)
+        self.feature_mean, self.feature_scale = mean, scale
+        self.feature_names = [f"x{j}" for j in columns]
+        self.streamed = True
+        self._digest = digest.hexdigest()
+        self._splits, self._extras = {}, {}
+        for k, idx in parts.items():
+            rows = np.sort(idx.numpy())
+            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
+            self._extras[k] = (None, None)
+        self._targets = (yt, None)
+        if self.task == "classification" or self.n_classes is not None:
+            self.check_labels(self.n_classes)
+        elif self.task == "regression":
+            self.check_regression()
+
+    def _streamed_source(self):
+        """The streamed ``.npy`` file, its target column and its feature columns (the
+        data options a streamed file cannot take are refused)."""
         if self.features is not None or self.weight_column or self.offset_column or self.dataset_options:
             raise fail(
                 "features/weight/offset",
@@ -403,60 +429,7 @@ class GLMDataModule(pl.LightningDataModule):
         except ValueError:
             raise fail("target", "a column index for a plain .npy array", repr(self.target)) from None
         columns = [j for j in range(width) if j != col]
-        parts = self._parts(n)
-        train = np.zeros(n, dtype=bool)
-        train[parts["train"].numpy()] = True
-        chunk = self.batch_size or 65536
-        y = np.empty(n, dtype=np.float64)
-        m = np.zeros(len(columns))
-        digest = hashlib.blake2b(digest_size=16)
-        with open(npy.path, "rb") as f:
-            for i in range(0, n, chunk):
-                block = npy.rows(f, i, min(i + chunk, n))
-                digest.update(block.tobytes())
-                x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
-                check_finite("X", x, i)
-                y[i : i + len(block)] = block[:, col]
-                t = train[i : i + len(block)]
-                if t.any():
-                    m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
-            m = np.where(m > 0, m, 1.0)
-            count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
-            if self.standardize:
-                for i in range(0, n, chunk):
-                    block = npy.rows(f, i, min(i + chunk, n))
-                    u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
-                    if len(u) == 0:
-                        continue
-                    k, mu = len(u), u.mean(0)
-                    delta = mu - mean_u
-                    m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
-                    mean_u += delta * k / (count + k)
-                    count += k
-        if self.standardize:
-            mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
-            scale = torch.where(std > 0, std, torch.ones_like(std))
-        else:
-            mean, scale = (
-                torch.zeros(len(columns), dtype=torch.float64),
-                torch.ones(len(columns), dtype=torch.float64),
-            )
-        yt = torch.from_numpy(y)
-        check_finite("y", yt)
-        self.feature_mean, self.feature_scale = mean, scale
-        self.feature_names = [f"x{j}" for j in columns]
-        self.streamed = True
-        self._digest = digest.hexdigest()
-        self._splits, self._extras = {}, {}
-        for k, idx in parts.items():
-            rows = np.sort(idx.numpy())
-            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
-            self._extras[k] = (None, None)
-        self._targets = (yt, None)
-        if self.task == "classification" or self.n_classes is not None:
-            self.check_labels(self.n_classes)
-        elif self.task == "regression":
-            self.check_regression()
+        return npy, col, columns
 
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the
@@ -747,3 +720,48 @@ class GLMDataModule(pl.LightningDataModule):
             "n_features": self.n_features,
             **{f"n_{k}": int(v[0].shape[0]) for k, v in self._splits.items()},
         }
+
+
+def _streamed_statistics(
+    npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, chunk: int, standardize: bool
+):
+    """Two passes over a streamed ``.npy``: its targets, the finiteness check, the data
+    digest, then the training rows' standardization (the statistics of
+    :func:`~.features.standardization`: column maxima ``m_j``, then the mean and variance
+    of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+    n = npy.shape[0]
+    y = np.empty(n, dtype=np.float64)
+    m = np.zeros(len(columns))
+    digest = hashlib.blake2b(digest_size=16)
+    with open(npy.path, "rb") as f:
+        for i in range(0, n, chunk):
+            block = npy.rows(f, i, min(i + chunk, n))
+            digest.update(block.tobytes())
+            x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
+            check_finite("X", x, i)
+            y[i : i + len(block)] = block[:, col]
+            t = train[i : i + len(block)]
+            if t.any():
+                m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
+        m = np.where(m > 0, m, 1.0)
+        count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
+        if standardize:
+            for i in range(0, n, chunk):
+                block = npy.rows(f, i, min(i + chunk, n))
+                u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
+                if len(u) == 0:
+                    continue
+                k, mu = len(u), u.mean(0)
+                delta = mu - mean_u
+                m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
+                mean_u += delta * k / (count + k)
+                count += k
+    if standardize:
+        mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
+        scale = torch.where(std > 0, std, torch.ones_like(std))
+    else:
+        mean, scale = (
+            torch.zeros(len(columns), dtype=torch.float64),
+            torch.ones(len(columns), dtype=torch.float64),
+        )
+    return y, mean, scale, digest

@@ -66,7 +66,9 @@ def linear_predictor(
     if weight.dim() == 2:
         eta = x @ weight.T
         if bias is not None:
-            eta = eta + bias
+            # in eta's dtype: under autocast the product is bfloat16/float16 and stays so,
+            # as F.linear's would (a float32 bias would promote it); otherwise a no-op
+            eta = eta + bias.to(eta.dtype)
     else:
         eta = torch.einsum("nd,...kd->...nk", x, weight)
         if bias is not None:

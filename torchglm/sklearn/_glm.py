@@ -592,7 +592,7 @@ class LogisticRegressionCV(LogisticRegression):
         >>> from sklearn.pipeline import make_pipeline
         >>> from sklearn.preprocessing import StandardScaler
         >>> X, y = load_breast_cancer(return_X_y=True)
-        >>> cv = make_pipeline(StandardScaler(), LogisticRegressionCV(Cs=5, penalty="l1")).fit(X, y)
+        >>> cv = make_pipeline(StandardScaler(), LogisticRegressionCV(Cs=[0.01, 0.1, 1.0], penalty="l1")).fit(X, y)
         >>> cv[-1].C_ in cv[-1].Cs_, cv[-1].score(StandardScaler().fit_transform(X), y) > 0.95
         (True, True)
     """

@@ -128,7 +128,7 @@ class _GLMEstimator(TorchEstimator):
             getattr(self, "warm_start", False)
             and previous is not None
             and type(previous) is type(model)
-            and previous.linear.weight.shape == model.linear.weight.shape
+            and previous.coef.shape == model.coef.shape
             and previous.has_intercept == model.has_intercept
         ):
             model.set_flat_parameters(previous.flat_parameters())

@@ -9,6 +9,7 @@ generative classifiers."""
 import warnings
 
 import numpy as np
+import pytest
 import statsmodels.api as sm
 import torch
 
@@ -18,6 +19,44 @@ from torchglm.solvers import flat_parameters, set_flat_parameters
 
 SM = sm.families
 L = sm.families.links
+
+
+class NegativeReciprocal(sm.families.links.Link):
+    """``eta = -1 / mu`` (statsmodels has only ``InversePower``, ``1 / mu``)."""
+
+    def __call__(self, p):
+        return -1.0 / p
+
+    def inverse(self, z):
+        return -1.0 / z
+
+    def deriv(self, p):
+        return 1.0 / p**2
+
+    def inverse_deriv(self, z):
+        return 1.0 / z**2
+
+
+#: The statsmodels link of each of ours, the one table of them (checked against ours:
+#: test_families.py::test_statsmodels_links_are_ours). A new link adds its entry here.
+SM_LINKS = {
+    "identity": sm.families.links.Identity,
+    "log": sm.families.links.Log,
+    "logit": sm.families.links.Logit,
+    "probit": sm.families.links.Probit,
+    "cloglog": sm.families.links.CLogLog,
+    "inverse": sm.families.links.InversePower,
+    "negative_reciprocal": NegativeReciprocal,
+    "sqrt": sm.families.links.Sqrt,
+    "cauchit": sm.families.links.Cauchy,
+}
+
+
+def statsmodels_link(link):
+    """The statsmodels counterpart of ``link``; a link without one fails the test loudly."""
+    if link not in SM_LINKS:
+        pytest.fail(f"no statsmodels link for '{link}': add it to data_util.SM_LINKS")
+    return SM_LINKS[link]()
 
 
 def as_tensor(a):

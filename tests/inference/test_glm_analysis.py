@@ -22,20 +22,12 @@ from torchglm.data.simulate import simulate_glm  # noqa: E402
 from torchglm.families import FAMILIES  # noqa: E402
 from torchglm.inference import fit_glm, glm_results, lr_test  # noqa: E402
 from torchglm.solvers.layout import set_flat_parameters  # noqa: E402
+import data_util  # noqa: E402
 
 L = sm.families.links
-SM_LINKS = {
-    "identity": L.Identity,
-    "log": L.Log,
-    "inverse": L.InversePower,
-    "logit": L.Logit,
-    "probit": L.Probit,
-    "cloglog": L.CLogLog,
-    "cauchit": L.Cauchy,
-    "sqrt": L.Sqrt,
-    # -1/mu: statsmodels' 1/mu with every coefficient negated (covariances unchanged)
-    "negative_reciprocal": L.InversePower,
-}
+#: The shared statsmodels links, but -1/mu as statsmodels' 1/mu with every coefficient
+#: negated (covariances unchanged): the reference fits use statsmodels' own link there.
+SM_LINKS = {**data_util.SM_LINKS, "negative_reciprocal": L.InversePower}
 SM_FAMILIES = {
     "gaussian": sm.families.Gaussian,
     "bernoulli": sm.families.Binomial,

@@ -16,45 +16,9 @@ import torch
 from torchglm import InputError
 from torchglm.families import FAMILIES, Binomial, get_family
 from torchglm.links import LINKS, get_link
+from data_util import statsmodels_link
 
 PAIRS = [(f, link) for f, cls in FAMILIES.items() if not cls.multi_output for link in cls.allowed_links]
-
-
-class _NegativeReciprocal(sm.families.links.Link):
-    """``eta = -1 / mu`` (statsmodels has only ``InversePower``, ``1 / mu``)."""
-
-    def __call__(self, p):
-        return -1.0 / p
-
-    def inverse(self, z):
-        return -1.0 / z
-
-    def deriv(self, p):
-        return 1.0 / p**2
-
-    def inverse_deriv(self, z):
-        return 1.0 / z**2
-
-
-#: The statsmodels link of each of ours (checked against ours: test_statsmodels_links_are_ours).
-_SM_LINKS = {
-    "identity": sm.families.links.Identity,
-    "log": sm.families.links.Log,
-    "logit": sm.families.links.Logit,
-    "probit": sm.families.links.Probit,
-    "cloglog": sm.families.links.CLogLog,
-    "inverse": sm.families.links.InversePower,
-    "negative_reciprocal": _NegativeReciprocal,
-    "sqrt": sm.families.links.Sqrt,
-    "cauchit": sm.families.links.Cauchy,
-}
-
-
-def _sm_link(link):
-    """The statsmodels counterpart of ``link``; a link without one fails the test loudly."""
-    if link not in _SM_LINKS:
-        pytest.fail(f"no statsmodels link for '{link}': add it to _SM_LINKS")
-    return _SM_LINKS[link]()
 
 
 @pytest.mark.parametrize("link", sorted(n for n, cls in LINKS.items() if not cls.multi_output))
@@ -64,7 +28,7 @@ def test_statsmodels_links_are_ours(link):
     lk = get_link(link)
     lo, hi = lk.eta_interval
     eta = torch.linspace(lo, hi, 9, dtype=torch.float64)
-    sml = _sm_link(link)
+    sml = statsmodels_link(link)
     np.testing.assert_allclose(sml.inverse(eta.numpy()), lk.inverse(eta).numpy(), rtol=1e-12)
     np.testing.assert_allclose(sml.inverse_deriv(eta.numpy()), lk.inverse_derivative(eta).numpy(), rtol=1e-10)
     np.testing.assert_allclose(sml(lk.inverse(eta).numpy()), eta.numpy(), rtol=1e-10, atol=1e-12)
@@ -120,7 +84,7 @@ def _sm_family(family, link):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # check_link=False: statsmodels lists no -1/mu link for its Gamma (ours is exact)
-        return smf(_sm_link(link), check_link=False)
+        return smf(statsmodels_link(link), check_link=False)
 
 
 @pytest.mark.parametrize("family,link", PAIRS)

@@ -45,6 +45,14 @@ def _to_batch(x: np.ndarray, y: np.ndarray, dtype: torch.dtype, device, classifi
     return Batch(xt, yt)
 
 
+def _skip_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """Read a ``.npy`` stream's magic and header: (shape, Fortran order, dtype)."""
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
 class _NpyFile:
     """A 2-D or 1-D C-ordered ``.npy`` file read by row spans with positioned reads.
 
@@ -57,13 +65,7 @@ class _NpyFile:
         self.path, self.what = path, what
         with open(path, "rb") as f:
             try:
-                version = np.lib.format.read_magic(f)
-                read_header = (
-                    np.lib.format.read_array_header_1_0
-                    if version == (1, 0)
-                    else np.lib.format.read_array_header_2_0
-                )
-                shape, fortran, dtype = read_header(f)
+                shape, fortran, dtype = _skip_npy_header(f)
             except ValueError as exc:
                 raise fail(what, "a .npy file", f"{path.name} ({exc})") from None
             self.offset = f.tell()
@@ -209,14 +211,6 @@ class CSVBatches(_TableBatches):
 
         for rows in iter_csv(self.path, self._layout, self.batch_size, role="path"):
             yield pd.DataFrame(rows, columns=self._layout.names)
-
-
-def _skip_npy_header(f) -> tuple[tuple[int, ...], bool, np.dtype]:
-    """Read a ``.npy`` stream's magic and header: (shape, Fortran order, dtype)."""
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        return np.lib.format.read_array_header_1_0(f)
-    return np.lib.format.read_array_header_2_0(f)
 
 
 def npz_row_blocks(

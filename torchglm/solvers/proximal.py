@@ -117,7 +117,6 @@ class ProximalNewtonFitter(IRLSFitter):
         self.mask = penalty_mask(model, self.dtype, self.theta.device)
         self.base_F = math.inf
         self.kappa = math.inf
-        self.predicted = 0.0
 
     def stop(self, message: str) -> None:
         """End the fit now (e.g. a Trainer's epoch limit): not converged, with a warning."""
@@ -165,12 +164,12 @@ class ProximalNewtonFitter(IRLSFitter):
                 return True
             self._prox_accept(s, F, 0.0)
             return self.done
-        if usable and F <= self.base_F + self.search.armijo * self.t * self.predicted:
-            self._prox_accept(s, F, self.t)
+        if usable and F <= self.base_F + self.search.armijo * self.search.t * self.search.slope:
+            self._prox_accept(s, F, self.search.t)
             return self.done
-        self.n_rejected += 1
+        self.search.n_rejected += 1
         rounding = 100 * torch.finfo(self.dtype).eps * max(1.0, abs(self.base_F))
-        if usable and abs(self.t * self.predicted) <= rounding:
+        if usable and abs(self.search.t * self.search.slope) <= rounding:
             # No decrease can be verified any more in this dtype.
             if self.kappa <= rounding:
                 self._prox_finish(
@@ -184,14 +183,14 @@ class ProximalNewtonFitter(IRLSFitter):
                     warn=True,
                 )
             return True
-        if self.n_rejected > self.search.max_halvings:
+        if self.search.exhausted:
             why = "eta left the link's domain" if s.n_invalid else "no sufficient decrease"
             self._prox_finish(
                 False, f"line search failed after {self.search.max_halvings} halvings ({why})", warn=True
             )
             return True
-        self.t *= 0.5
-        self.theta = self.base_theta + self.t * self.delta
+        self.search.halve()
+        self.theta = self.base_theta + self.search.t * self.delta
         return False
 
     # -- steps ------------------------------------------------------------------------
@@ -221,7 +220,6 @@ class ProximalNewtonFitter(IRLSFitter):
 
     def _prox_accept(self, s: PassSums, F: float, step: float) -> None:
         self.base, self.base_theta, self.base_F = s, self.theta, F
-        self.n_rejected = 0
         r = self.penalty.kkt_residual(s.grad, self.theta, self.mask)
         self.kappa = self._certificate(r, s.hess)
         r_norm = float(r.abs().max())
@@ -255,10 +253,11 @@ class ProximalNewtonFitter(IRLSFitter):
         z = self._subproblem(s.grad, s.hess, self.theta, inner_tol=1e-8 * jacobi)
         self.delta = z - self.theta
         l1 = self.penalty.l1
-        self.predicted = float(
+        # the search's slope: the predicted change of F along delta (smooth part and L1)
+        predicted = float(
             s.grad @ self.delta + l1 * ((z * self.mask).abs().sum() - (self.theta * self.mask).abs().sum())
         )
-        self.t = 1.0
+        self.search.start(predicted, 1.0)
         self.theta = self.theta + self.delta
 
     def _certificate(self, r: torch.Tensor, H: torch.Tensor) -> float:

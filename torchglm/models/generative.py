@@ -502,9 +502,11 @@ class ClosedFormFitter(Fitter):
     """
 
     def __init__(self, model: GenerativeClassifier, validate: bool = True):
-        self.model = model
         self.validate = validate
-        self.done = False
+        self.restart_from(model)
+
+    def begin(self) -> None:
+        # The statistics take the model's device and dtype at the pass, not here.
         self.result = FitResult("closed_form", message="not run")
         self._acc = None
         self._started = False

@@ -179,17 +179,24 @@ class StepFitter(Fitter):
             )
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise fail("dtype", "a floating-point torch.dtype", dtype)
-        self.model = model
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
-        self.dtype = self.compute_dtype(model, dtype)
+        self.requested_dtype, self.armijo, self.max_halvings = dtype, armijo, max_halvings
+        self.detect_separation = detect_separation
         self.saturation = saturation
         self.handoff = handoff
         self.hessian_precision = hessian_precision
+        self.restart_from(model)
+
+    def begin(self) -> None:
+        """The fit's state from the model as it is now (:meth:`.Fitter.restart_from`):
+        the working dtype, the start point on the parameters' device, and each phase's
+        own state, fresh."""
+        model = self.model
+        self.dtype = self.compute_dtype(model, self.requested_dtype)
         # Sparse batches' transposed CSR, kept across passes (sparse_rows.SparseRows).
         self.sparse_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
-        self.done = False
         self.n_passes = 0
         #: the accepted point: its sums, its parameters, the direction from it and
         #: that direction's decrement (``None``: no curvature model).
@@ -203,13 +210,13 @@ class StepFitter(Fitter):
         self.reevaluate = False
         # The phases' own state (module docstring).
         self.start = StartRule(model, self.theta)
-        self.search = LineSearch(armijo, max_halvings)
+        self.search = LineSearch(self.armijo, self.max_halvings)
         self.solve = Solve()
-        self.check = DecrementTest(tol, self.dtype)
+        self.check = DecrementTest(self.tol, self.dtype)
         self.finish = NewtonFinish(model)
         # Every family whose targets can sit on the boundary of the mean space
         # (``Family.separable``: a probability 0 or 1, a count's mean 0).
-        self.separation = SeparationWatch(detect_separation and model.l2 == 0 and model.family.separable)
+        self.separation = SeparationWatch(self.detect_separation and model.l2 == 0 and model.family.separable)
         self.shift = SoftmaxShift.of(model, self.dtype, self.theta.device)
 
     @classmethod

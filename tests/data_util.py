@@ -8,8 +8,9 @@ labels unrelated to them; and Gaussian classes with well-separated means and une
 feature scales, Poisson counts and Bernoulli bits per class, for the generative
 classifiers.
 
-Each helper draws from one ``torch.Generator`` seeded with ``seed``, in the order its
-docstring gives, so a test's data are fixed by its arguments alone."""
+The torch helpers draw from one ``torch.Generator`` seeded with ``seed``, in the order
+their docstrings give, so a test's data are fixed by its arguments alone; the exception
+is ``simulate``'s Gamma and exponential responses, drawn from torch's global generator."""
 
 import warnings
 
@@ -223,8 +224,9 @@ def threshold_data(n, d, coef, noise=0.5, seed=0):
 
 
 def random_labels(n, d, k=2, seed=0):
-    """``x ~ N(0, I)`` (n, d) and labels ``y`` uniform on ``0 .. k-1`` independent of
-    ``x`` (n,) long: the optimum exists and is not at the data's edge. Drawn ``x``, ``y``."""
+    """``x ~ N(0, I)`` (n, d) and labels ``y`` (n,) long, uniform on ``0 .. k-1`` and
+    independent of ``x``: for ``n >> d`` the classes overlap, so the MLE exists. Drawn
+    ``x``, ``y``."""
     g, x = _design(n, d, seed)
     return x, torch.randint(0, k, (n,), generator=g)
 

@@ -27,6 +27,7 @@ from torch.profiler import ProfilerActivity, profile
 
 import torchglm.solvers.products as P
 from autograd_ref import assert_verified_optimum
+from data_util import bernoulli_data, random_labels
 from torchglm.data.batches import TensorBatches
 from torchglm.models import GeneralizedLinearModel
 from torchglm.passes import run_passes
@@ -48,14 +49,11 @@ MATMULS = {
 SYNCS = {"aten::item", "aten::_local_scalar_dense"}
 
 
-def _data(n, d, K=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    if K is None:
-        y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(x[:, 0] - x[:, 1])).long()
-    else:
-        y = torch.randint(0, K, (n,), generator=g)
-    return x, y
+def _data(n, d, K=None):
+    if K is not None:
+        return random_labels(n, d, k=K)
+    x, y = bernoulli_data(n, d, (1.0, -1.0))
+    return x, y.long()
 
 
 def _model(d, K=None):

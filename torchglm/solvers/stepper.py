@@ -516,6 +516,8 @@ class StepFitter(Fitter):
             # length and direction of the one before (the separation watch then
             # either ends the fit or lets the next pass certify).
             certified = False
+        if certified and self._proven_separated(s):
+            return True
         if certified and self._conclude(bound, stale):
             return True
         if stale:
@@ -713,6 +715,8 @@ class StepFitter(Fitter):
             # and direction of the one before: a separating direction whose further
             # decrease of E is below its rounding, not an optimum.
             return self._report_separation(self.base, self.delta, "quasi-complete")
+        if self._proven_separated(self.base):
+            return None
         grad_norm = float(self.base.grad.abs().max())
         return self._end(
             True,
@@ -733,6 +737,16 @@ class StepFitter(Fitter):
         if text not in self.notes and self.hessian_precision == "highest":
             _warn(f"{self.name}: {text}", NumericalWarning)
         self.notes[text] = self.notes.get(text, 0) + 1
+
+    def _proven_separated(self, s: PassSums) -> bool:
+        """A small decrement with samples on the boundary, where the point's own
+        coefficients separate every sample strictly (``s.completely_separated``): no
+        optimum exists, whatever the decrement says (E - inf E -> 0 along them), so
+        the fit ends unconverged, naming them. Returns whether it did."""
+        if not (self.separation.at_boundary(s) and s.completely_separated):
+            return False
+        self._report_separation(s, self.remove_shift(s.theta.detach()), "perfect")
+        return True
 
     def _report_separation(self, s: PassSums, delta: torch.Tensor, kind: str) -> None:
         """End the fit unconverged with a :class:`~torchglm.SeparationWarning` naming the

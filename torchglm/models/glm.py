@@ -349,7 +349,7 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """
         if not self.closed_form_gradient or x.layout != torch.strided:
             return None
-        eta = self(x, offset)
+        eta = self.forward(x, offset)  # no hook to run (closed_form_gradient)
         nll, d1 = eta_derivatives(self.family, eta, y, order=1)
         if weight is None:
             data, r = nll.mean(), d1 / nll.shape[0]

@@ -31,10 +31,11 @@ from .._validation import (
 from ..families import Family, get_family
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
-from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, parse_size
+from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, file_bytes, parse_size
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
 from .features import FeatureSpec, numeric_column, standardization, standardize
+from .streamed_table import StreamedSource, stream_table
 
 __all__ = ["GLMDataModule", "shard"]
 
@@ -372,43 +373,55 @@ class GLMDataModule(pl.LightningDataModule):
             self.check_regression()
 
     def _streams(self) -> bool:
-        """A ``.npy`` file larger than ``memory_budget`` is streamed."""
+        """A ``.npy`` or table file larger than ``memory_budget`` is streamed
+        (:func:`~torchglm.data.out_of_core.file_bytes`: a Parquet file's uncompressed size)."""
         path = Path(self.source)
-        return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > self.memory_budget
+        suffix = path.suffix.lower()
+        return (
+            suffix in (".npy", *TABLE_SUFFIXES) and path.is_file() and file_bytes(path) > self.memory_budget
+        )
 
     def _setup_streamed(self) -> None:
-        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: the splits read
-        their rows from the file when a pass asks (:func:`_streamed_statistics` gives
-        the targets and the training split's standardization)."""
-        npy, col, columns = self._streamed_source()
-        n = npy.shape[0]
-        parts = self._parts(n)
-        train = np.zeros(n, dtype=bool)
-        train[parts["train"].numpy()] = True
-        y, mean, scale, digest = _streamed_statistics(
-            npy, col, columns, train, self.batch_size or 65536, self.standardize
-        )
-        yt = torch.from_numpy(y)
-        check_finite("y", yt)
-        self.feature_mean, self.feature_scale = mean, scale
-        self.feature_names = [f"x{j}" for j in columns]
+        """:meth:`setup` for a file streamed from disk: the splits read their rows from
+        the file when a pass asks; the targets and the split's row indices stay in
+        memory (:meth:`_streamed_source`)."""
+        source = self._streamed_source()
+        self.feature_mean, self.feature_scale = source.mean, source.scale
+        self.feature_names, self.classes, self.n_dropped = source.names, source.classes, source.n_dropped
         self.streamed = True
-        self._digest = digest.hexdigest()
+        self._digest = source.digest
         self._splits, self._extras = {}, {}
-        for k, idx in parts.items():
-            rows = np.sort(idx.numpy())
-            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
-            self._extras[k] = (None, None)
-        self._targets = (yt, None)
+        for k, rows in source.rows.items():
+            self._splits[k] = (source.x[k], source.y[rows])
+            self._extras[k] = tuple(
+                None if t is None else t[rows].to(self.dtype) for t in (source.weight, source.offset)
+            )
+        self._targets = (source.y, source.weight)
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
             self.check_regression()
 
-    def _streamed_source(self):
-        """The streamed ``.npy`` file, its target column and its feature columns (the
-        data options a streamed file cannot take are refused)."""
-        if self.features is not None or self.weight_column or self.offset_column or self.dataset_options:
+    def _streamed_source(self) -> StreamedSource:
+        """The streamed file's splits and statistics: a table's through
+        :func:`~.streamed_table.stream_table` (its features, weight, offset, categories and
+        missing cells as in memory); a plain 2-D ``.npy``'s by :func:`_streamed_statistics`
+        (the data options it cannot take are refused)."""
+        if self.dataset_options:
+            raise fail("dataset_options", "no options for a data file", self.dataset_options)
+        if Path(self.source).suffix.lower() in TABLE_SUFFIXES:
+            return stream_table(
+                self.source,
+                self.feature_spec,
+                self._parts,
+                target=self.target,
+                features=self.features,
+                weight=self.weight_column,
+                offset=self.offset_column,
+                standardize=self.standardize,
+                dtype=self.dtype,
+            )
+        if self.features is not None or self.weight_column or self.offset_column:
             raise fail(
                 "features/weight/offset",
                 f"unset for a .npy file streamed from disk (larger than data.memory_budget={self.memory_budget})",
@@ -429,7 +442,18 @@ class GLMDataModule(pl.LightningDataModule):
         except ValueError:
             raise fail("target", "a column index for a plain .npy array", repr(self.target)) from None
         columns = [j for j in range(width) if j != col]
-        return npy, col, columns
+        parts = self._parts(n)
+        train = np.zeros(n, dtype=bool)
+        train[parts["train"].numpy()] = True
+        y, mean, scale, digest = _streamed_statistics(
+            npy, col, columns, train, self.batch_size or 65536, self.standardize
+        )
+        yt = torch.from_numpy(y)
+        check_finite("y", yt)
+        rows = {k: np.sort(idx.numpy()) for k, idx in parts.items()}
+        x = {k: StreamedRows(npy.path, r, columns, mean, scale, self.dtype) for k, r in rows.items()}
+        names = [f"x{j}" for j in columns]
+        return StreamedSource(x, rows, yt, None, None, mean, scale, names, None, 0, digest.hexdigest())
 
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the

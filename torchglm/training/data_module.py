@@ -90,13 +90,16 @@ class GLMDataModule(pl.LightningDataModule):
         categorical: a table's categorical columns, one-hot encoded (treatment
             contrasts, the first sorted level the reference; :class:`~.features.FeatureSpec`).
         memory_budget: bytes (or a size such as ``"2GB"``): a plain 2-D ``.npy``
-            file larger than this is not loaded but streamed (:mod:`torchglm.data.out_of_core`):
-            the targets and the split's row indices stay in memory, each pass reads
-            the features ``batch_size`` rows at a time (default 65,536), so memory
-            stays at about one batch. For the pass-based solvers (``sgd`` needs
-            shuffled in-memory rows) and models without a basis. Other files are
-            always loaded (the in-memory path holds about three float64 copies of
-            the features).
+            file or a ``.csv``/``.tsv``/``.parquet`` table (a Parquet file's
+            uncompressed size) larger than this is not loaded but streamed
+            (:mod:`torchglm.data.out_of_core`; a table's categories, missing cells and
+            labels through :mod:`~.streamed_table`, with the same results): the
+            targets and the split's row indices stay in memory, each pass reads
+            the features ``batch_size`` rows at a time (default 65,536; a table is
+            parsed a chunk at a time), so memory stays at about one batch. For the
+            pass-based solvers (``sgd`` needs shuffled in-memory rows) and models
+            without a basis. ``.npz`` files are always loaded (the in-memory path
+            holds about three float64 copies of the features).
         missing: what a missing (empty or ``NA``) cell of a used column does:
             ``"error"`` (naming the rows), ``"drop"`` the row, or impute the training
             rows' ``"mean"`` / ``"most_frequent"`` value (stored with the model).

@@ -34,7 +34,7 @@ from ..data.datasets import load_dataset
 from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, file_bytes, parse_size
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
-from .features import FeatureSpec, numeric_column, standardization, standardize
+from .features import FeatureSpec, StreamedStandardization, numeric_column, standardization, standardize
 from .streamed_table import StreamedSource, stream_table
 
 __all__ = ["GLMDataModule", "shard"]
@@ -753,42 +753,24 @@ def _streamed_statistics(
     npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, chunk: int, standardize: bool
 ):
     """Two passes over a streamed ``.npy``: its targets, the finiteness check, the data
-    digest, then the training rows' standardization (the statistics of
-    :func:`~.features.standardization`: column maxima ``m_j``, then the mean and variance
-    of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+    digest and the training rows' column maxima, then their moments
+    (:class:`~.features.StreamedStandardization`, the statistics of
+    :func:`~.features.standardization`)."""
     n = npy.shape[0]
     y = np.empty(n, dtype=np.float64)
-    m = np.zeros(len(columns))
+    stats = StreamedStandardization(len(columns))
     digest = hashlib.blake2b(digest_size=16)
     with open(npy.path, "rb") as f:
         for i in range(0, n, chunk):
             block = npy.rows(f, i, min(i + chunk, n))
             digest.update(block.tobytes())
-            x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
-            check_finite("X", x, i)
+            x = np.ascontiguousarray(block[:, columns], dtype=np.float64)
+            check_finite("X", torch.from_numpy(x), i)
             y[i : i + len(block)] = block[:, col]
-            t = train[i : i + len(block)]
-            if t.any():
-                m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
-        m = np.where(m > 0, m, 1.0)
-        count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
+            stats.add_max(x[train[i : i + len(block)]])
         if standardize:
             for i in range(0, n, chunk):
                 block = npy.rows(f, i, min(i + chunk, n))
-                u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
-                if len(u) == 0:
-                    continue
-                k, mu = len(u), u.mean(0)
-                delta = mu - mean_u
-                m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
-                mean_u += delta * k / (count + k)
-                count += k
-    if standardize:
-        mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
-        scale = torch.where(std > 0, std, torch.ones_like(std))
-    else:
-        mean, scale = (
-            torch.zeros(len(columns), dtype=torch.float64),
-            torch.ones(len(columns), dtype=torch.float64),
-        )
+                stats.add_moments(np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]])
+    mean, scale = stats.result(standardize)
     return y, mean, scale, digest

@@ -34,8 +34,15 @@ from ..data.datasets import load_dataset
 from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, file_bytes, parse_size
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
-from .features import FeatureSpec, StreamedStandardization, numeric_column, standardization, standardize
-from .streamed_table import StreamedSource, stream_table
+from .features import (
+    FeatureSpec,
+    LabelCodes,
+    StreamedStandardization,
+    numeric_column,
+    standardization,
+    standardize,
+)
+from .streamed_table import StreamedSource, stream_table, table_roles
 
 __all__ = ["GLMDataModule", "shard"]
 
@@ -264,26 +271,15 @@ class GLMDataModule(pl.LightningDataModule):
         training split's rows; text labels become codes (:attr:`classes`)."""
         where = f"data file '{self.source}'"
         frame = read_frame(self.source)
-        names = list(frame.columns)
-        target = "y" if self.target is None else str(self.target)
-        if target not in names:
-            raise fail("target", f"a column of '{self.source}' (one of {names})", repr(target))
-        special = {r: c for r, c in (("weight", self.weight_column), ("offset", self.offset_column)) if c}
-        for role, col in special.items():
-            if col not in names:
-                raise fail(role, f"a column of '{self.source}' ({names})", repr(col))
+        target, special, features = table_roles(
+            list(frame.columns),
+            self.source,
+            self.target,
+            self.features,
+            self.weight_column,
+            self.offset_column,
+        )
         reserved = [target, *special.values()]
-        if self.features is None:
-            features = [n for n in names if n not in reserved]
-        else:
-            features = list(self.features)
-            bad = [n for n in features if n not in names or n in reserved]
-            if bad:
-                raise fail(
-                    "features", f"feature columns of '{self.source}' other than target/weight/offset", bad
-                )
-        if not features:
-            raise fail(where, "at least one feature column besides the target", names)
         spec = self.feature_spec
         if spec.missing == "drop":
             drop = spec.check_missing(frame, features + reserved, where)
@@ -297,17 +293,11 @@ class GLMDataModule(pl.LightningDataModule):
             FeatureSpec(missing="error").check_missing(frame, reserved, where)
             if spec.missing == "error":
                 spec.check_missing(frame, features, where)
-        import pandas as pd
-
-        y = frame[target]
-        y_num = pd.to_numeric(y, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.isnan(y_num).any() and not all(
-            str(v).strip().lower().lstrip("+-") == "nan" for v in np.asarray(y, dtype=object)[np.isnan(y_num)]
-        ):
-            # text labels: the sorted distinct labels are the classes (scikit-learn's classes_)
-            text = np.array([str(v) for v in np.asarray(y, dtype=object)], dtype=object)
-            self.classes = sorted(set(text.tolist()))
-            y_num = np.searchsorted(np.array(self.classes, dtype=object), text).astype(np.float64)
+        labels = LabelCodes()
+        labels.add(frame[target])
+        y_num, classes = labels.result()
+        if classes is not None:
+            self.classes = classes
         # fill values come from the training split's rows (only then are they needed:
         # a file too short to split is refused after its cells are checked)
         imputes = spec.missing in ("mean", "most_frequent")

@@ -458,7 +458,11 @@ class TableRows:
         start, stop, _ = index.indices(len(self.rows))
         if stop <= start:
             return torch.empty((0, self.n_features), dtype=self.dtype)
-        return next(self.subset(start, stop).blocks(stop - start))
+        blocks = self.subset(start, stop).blocks(stop - start)
+        try:
+            return next(blocks)
+        finally:
+            blocks.close()  # the reader's file, now
 
 
 class StreamedBatches:

@@ -31,10 +31,18 @@ from .._validation import (
 from ..families import Family, get_family
 from ..data.batches import BatchBlocks, TensorBatches
 from ..data.datasets import load_dataset
-from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, parse_size
+from ..data.out_of_core import StreamedBatches, StreamedRows, _NpyFile, file_bytes, parse_size
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from ..distributed import shard_range
-from .features import FeatureSpec, numeric_column, standardization, standardize
+from .features import (
+    FeatureSpec,
+    LabelCodes,
+    StreamedStandardization,
+    numeric_column,
+    standardization,
+    standardize,
+)
+from .streamed_table import StreamedSource, stream_table, table_roles
 
 __all__ = ["GLMDataModule", "shard"]
 
@@ -89,13 +97,16 @@ class GLMDataModule(pl.LightningDataModule):
         categorical: a table's categorical columns, one-hot encoded (treatment
             contrasts, the first sorted level the reference; :class:`~.features.FeatureSpec`).
         memory_budget: bytes (or a size such as ``"2GB"``): a plain 2-D ``.npy``
-            file larger than this is not loaded but streamed (:mod:`torchglm.data.out_of_core`):
-            the targets and the split's row indices stay in memory, each pass reads
-            the features ``batch_size`` rows at a time (default 65,536), so memory
-            stays at about one batch. For the pass-based solvers (``sgd`` needs
-            shuffled in-memory rows) and models without a basis. Other files are
-            always loaded (the in-memory path holds about three float64 copies of
-            the features).
+            file or a ``.csv``/``.tsv``/``.parquet`` table (a Parquet file's
+            uncompressed size) larger than this is not loaded but streamed
+            (:mod:`torchglm.data.out_of_core`; a table's categories, missing cells and
+            labels through :mod:`~.streamed_table`, with the same results): the
+            targets and the split's row indices stay in memory, each pass reads
+            the features ``batch_size`` rows at a time (default 65,536; a table is
+            parsed a chunk at a time), so memory stays at about one batch. For the
+            pass-based solvers (``sgd`` needs shuffled in-memory rows) and models
+            without a basis. ``.npz`` files are always loaded (the in-memory path
+            holds about three float64 copies of the features).
         missing: what a missing (empty or ``NA``) cell of a used column does:
             ``"error"`` (naming the rows), ``"drop"`` the row, or impute the training
             rows' ``"mean"`` / ``"most_frequent"`` value (stored with the model).
@@ -260,26 +271,15 @@ class GLMDataModule(pl.LightningDataModule):
         training split's rows; text labels become codes (:attr:`classes`)."""
         where = f"data file '{self.source}'"
         frame = read_frame(self.source)
-        names = list(frame.columns)
-        target = "y" if self.target is None else str(self.target)
-        if target not in names:
-            raise fail("target", f"a column of '{self.source}' (one of {names})", repr(target))
-        special = {r: c for r, c in (("weight", self.weight_column), ("offset", self.offset_column)) if c}
-        for role, col in special.items():
-            if col not in names:
-                raise fail(role, f"a column of '{self.source}' ({names})", repr(col))
+        target, special, features = table_roles(
+            list(frame.columns),
+            self.source,
+            self.target,
+            self.features,
+            self.weight_column,
+            self.offset_column,
+        )
         reserved = [target, *special.values()]
-        if self.features is None:
-            features = [n for n in names if n not in reserved]
-        else:
-            features = list(self.features)
-            bad = [n for n in features if n not in names or n in reserved]
-            if bad:
-                raise fail(
-                    "features", f"feature columns of '{self.source}' other than target/weight/offset", bad
-                )
-        if not features:
-            raise fail(where, "at least one feature column besides the target", names)
         spec = self.feature_spec
         if spec.missing == "drop":
             drop = spec.check_missing(frame, features + reserved, where)
@@ -293,17 +293,11 @@ class GLMDataModule(pl.LightningDataModule):
             FeatureSpec(missing="error").check_missing(frame, reserved, where)
             if spec.missing == "error":
                 spec.check_missing(frame, features, where)
-        import pandas as pd
-
-        y = frame[target]
-        y_num = pd.to_numeric(y, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        if np.isnan(y_num).any() and not all(
-            str(v).strip().lower().lstrip("+-") == "nan" for v in np.asarray(y, dtype=object)[np.isnan(y_num)]
-        ):
-            # text labels: the sorted distinct labels are the classes (scikit-learn's classes_)
-            text = np.array([str(v) for v in np.asarray(y, dtype=object)], dtype=object)
-            self.classes = sorted(set(text.tolist()))
-            y_num = np.searchsorted(np.array(self.classes, dtype=object), text).astype(np.float64)
+        labels = LabelCodes()
+        labels.add(frame[target])
+        y_num, classes = labels.result()
+        if classes is not None:
+            self.classes = classes
         # fill values come from the training split's rows (only then are they needed:
         # a file too short to split is refused after its cells are checked)
         imputes = spec.missing in ("mean", "most_frequent")
@@ -372,43 +366,55 @@ class GLMDataModule(pl.LightningDataModule):
             self.check_regression()
 
     def _streams(self) -> bool:
-        """A ``.npy`` file larger than ``memory_budget`` is streamed."""
+        """A ``.npy`` or table file larger than ``memory_budget`` is streamed
+        (:func:`~torchglm.data.out_of_core.file_bytes`: a Parquet file's uncompressed size)."""
         path = Path(self.source)
-        return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > self.memory_budget
+        suffix = path.suffix.lower()
+        return (
+            suffix in (".npy", *TABLE_SUFFIXES) and path.is_file() and file_bytes(path) > self.memory_budget
+        )
 
     def _setup_streamed(self) -> None:
-        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: the splits read
-        their rows from the file when a pass asks (:func:`_streamed_statistics` gives
-        the targets and the training split's standardization)."""
-        npy, col, columns = self._streamed_source()
-        n = npy.shape[0]
-        parts = self._parts(n)
-        train = np.zeros(n, dtype=bool)
-        train[parts["train"].numpy()] = True
-        y, mean, scale, digest = _streamed_statistics(
-            npy, col, columns, train, self.batch_size or 65536, self.standardize
-        )
-        yt = torch.from_numpy(y)
-        check_finite("y", yt)
-        self.feature_mean, self.feature_scale = mean, scale
-        self.feature_names = [f"x{j}" for j in columns]
+        """:meth:`setup` for a file streamed from disk: the splits read their rows from
+        the file when a pass asks; the targets and the split's row indices stay in
+        memory (:meth:`_streamed_source`)."""
+        source = self._streamed_source()
+        self.feature_mean, self.feature_scale = source.mean, source.scale
+        self.feature_names, self.classes, self.n_dropped = source.names, source.classes, source.n_dropped
         self.streamed = True
-        self._digest = digest.hexdigest()
+        self._digest = source.digest
         self._splits, self._extras = {}, {}
-        for k, idx in parts.items():
-            rows = np.sort(idx.numpy())
-            self._splits[k] = (StreamedRows(npy.path, rows, columns, mean, scale, self.dtype), yt[rows])
-            self._extras[k] = (None, None)
-        self._targets = (yt, None)
+        for k, rows in source.rows.items():
+            self._splits[k] = (source.x[k], source.y[rows])
+            self._extras[k] = tuple(
+                None if t is None else t[rows].to(self.dtype) for t in (source.weight, source.offset)
+            )
+        self._targets = (source.y, source.weight)
         if self.task == "classification" or self.n_classes is not None:
             self.check_labels(self.n_classes)
         elif self.task == "regression":
             self.check_regression()
 
-    def _streamed_source(self):
-        """The streamed ``.npy`` file, its target column and its feature columns (the
-        data options a streamed file cannot take are refused)."""
-        if self.features is not None or self.weight_column or self.offset_column or self.dataset_options:
+    def _streamed_source(self) -> StreamedSource:
+        """The streamed file's splits and statistics: a table's through
+        :func:`~.streamed_table.stream_table` (its features, weight, offset, categories and
+        missing cells as in memory); a plain 2-D ``.npy``'s by :func:`_streamed_statistics`
+        (the data options it cannot take are refused)."""
+        if self.dataset_options:
+            raise fail("dataset_options", "no options for a data file", self.dataset_options)
+        if Path(self.source).suffix.lower() in TABLE_SUFFIXES:
+            return stream_table(
+                self.source,
+                self.feature_spec,
+                self._parts,
+                target=self.target,
+                features=self.features,
+                weight=self.weight_column,
+                offset=self.offset_column,
+                standardize=self.standardize,
+                dtype=self.dtype,
+            )
+        if self.features is not None or self.weight_column or self.offset_column:
             raise fail(
                 "features/weight/offset",
                 f"unset for a .npy file streamed from disk (larger than data.memory_budget={self.memory_budget})",
@@ -429,7 +435,18 @@ class GLMDataModule(pl.LightningDataModule):
         except ValueError:
             raise fail("target", "a column index for a plain .npy array", repr(self.target)) from None
         columns = [j for j in range(width) if j != col]
-        return npy, col, columns
+        parts = self._parts(n)
+        train = np.zeros(n, dtype=bool)
+        train[parts["train"].numpy()] = True
+        y, mean, scale, digest = _streamed_statistics(
+            npy, col, columns, train, self.batch_size or 65536, self.standardize
+        )
+        yt = torch.from_numpy(y)
+        check_finite("y", yt)
+        rows = {k: np.sort(idx.numpy()) for k, idx in parts.items()}
+        x = {k: StreamedRows(npy.path, r, columns, mean, scale, self.dtype) for k, r in rows.items()}
+        names = [f"x{j}" for j in columns]
+        return StreamedSource(x, rows, yt, None, None, mean, scale, names, None, 0, digest.hexdigest())
 
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the
@@ -726,42 +743,24 @@ def _streamed_statistics(
     npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, chunk: int, standardize: bool
 ):
     """Two passes over a streamed ``.npy``: its targets, the finiteness check, the data
-    digest, then the training rows' standardization (the statistics of
-    :func:`~.features.standardization`: column maxima ``m_j``, then the mean and variance
-    of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
+    digest and the training rows' column maxima, then their moments
+    (:class:`~.features.StreamedStandardization`, the statistics of
+    :func:`~.features.standardization`)."""
     n = npy.shape[0]
     y = np.empty(n, dtype=np.float64)
-    m = np.zeros(len(columns))
+    stats = StreamedStandardization(len(columns))
     digest = hashlib.blake2b(digest_size=16)
     with open(npy.path, "rb") as f:
         for i in range(0, n, chunk):
             block = npy.rows(f, i, min(i + chunk, n))
             digest.update(block.tobytes())
-            x = torch.from_numpy(np.ascontiguousarray(block[:, columns], dtype=np.float64))
-            check_finite("X", x, i)
+            x = np.ascontiguousarray(block[:, columns], dtype=np.float64)
+            check_finite("X", torch.from_numpy(x), i)
             y[i : i + len(block)] = block[:, col]
-            t = train[i : i + len(block)]
-            if t.any():
-                m = np.maximum(m, np.abs(x.numpy()[t]).max(0))
-        m = np.where(m > 0, m, 1.0)
-        count, mean_u, m2 = 0, np.zeros(len(columns)), np.zeros(len(columns))
+            stats.add_max(x[train[i : i + len(block)]])
         if standardize:
             for i in range(0, n, chunk):
                 block = npy.rows(f, i, min(i + chunk, n))
-                u = np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]] / m
-                if len(u) == 0:
-                    continue
-                k, mu = len(u), u.mean(0)
-                delta = mu - mean_u
-                m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
-                mean_u += delta * k / (count + k)
-                count += k
-    if standardize:
-        mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
-        scale = torch.where(std > 0, std, torch.ones_like(std))
-    else:
-        mean, scale = (
-            torch.zeros(len(columns), dtype=torch.float64),
-            torch.ones(len(columns), dtype=torch.float64),
-        )
+                stats.add_moments(np.asarray(block[:, columns], dtype=np.float64)[train[i : i + len(block)]])
+    mean, scale = stats.result(standardize)
     return y, mean, scale, digest

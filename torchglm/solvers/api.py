@@ -22,7 +22,7 @@ from .stepper import StepFitter
 from .registry import DIRECT_SOLVERS, SOLVERS
 from . import gradient, least_squares, newton, proximal  # noqa: F401 - their fitter classes register themselves
 
-__all__ = ["make_fitter", "fit", "choose_solver"]
+__all__ = ["make_fitter", "fit", "choose_solver", "sparse_lbfgs_memory"]
 
 
 def _solver_class(name: str, given: str) -> type[Fitter]:
@@ -56,6 +56,27 @@ def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     if model.family.least_squares:
         return "qr"
     return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
+
+
+#: The L-BFGS memory ``auto`` gives a sparse design: between scipy's default 10 and
+#: this (:func:`sparse_lbfgs_memory`).
+SPARSE_LBFGS_MAX_MEMORY = 30
+
+
+def sparse_lbfgs_memory(x: torch.Tensor) -> int:
+    """The L-BFGS memory ``m`` for ``auto`` on a sparse design: ``nnz / (10 (d + 1))``
+    between 10 and :data:`SPARSE_LBFGS_MAX_MEMORY`.
+
+    A pass reads each stored entry twice (``X w`` and ``X^T r``: about ``4 nnz K``
+    flops for ``K`` linear predictors); the two-loop recursion costs ``4 m (d + 1) K``
+    flops per iteration, so this ``m`` keeps it near a tenth of a pass while the
+    passes, not the directions, are what a sparse fit pays for. Measured on the
+    25,000 x 10,000 bag of words with 150 terms per row (bench/sparse.py, one
+    thread): 45 passes and 9 Hessian-vector products to the certified optimum with
+    ``m = 10``, 33 and 9 with 20, 28 and 9 with 30 and with 50.
+    """
+    nnz = x._nnz() if x.layout == torch.sparse_coo else x.values().numel()
+    return int(min(SPARSE_LBFGS_MAX_MEMORY, max(10, nnz // (10 * (x.shape[1] + 1)))))
 
 
 def _check_options(name: str, cls: type, options: dict) -> None:
@@ -169,6 +190,8 @@ def fit(
         name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly
     cls = _solver_class(name, solver)
     _check_options(name, cls, options)
+    if solver == "auto" and name == "lbfgs" and x.layout != torch.strided and "memory" not in options:
+        options = {**options, "memory": sparse_lbfgs_memory(x)}
     if solver == "auto" and dtype is None and name == "newton":
         d = model.n_features
         flops = x.shape[0] * (d + 1) * hessian_cost(model)

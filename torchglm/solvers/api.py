@@ -49,7 +49,8 @@ def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
     ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.finish.NEWTON_MAX_COST`, 128:
     binary problems with up to 127 features, softmax with K = 3 and up to 20
-    features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification.
+    features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification
+    (on a sparse design :func:`fit` gives it :func:`sparse_lbfgs_memory` pairs).
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
     per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
     """

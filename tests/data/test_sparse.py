@@ -316,3 +316,33 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     finally:
         LBFGSFitter.__init__ = init
     assert seen == [30, 5, 10]
+
+
+def test_a_float32_csr_fit_in_float64_shares_its_index_arrays():
+    """The working-dtype copy of a CSR design casts only its values: the fit's
+    batches share the caller's index arrays (``Tensor.to`` copied them too)."""
+    from torchglm.solvers import api
+    from torchglm.solvers.sparse_rows import cast_values
+
+    g = torch.Generator().manual_seed(9)
+    dense = torch.rand(400, 30, generator=g)
+    dense[dense < 0.7] = 0
+    x = dense.to_sparse_csr()
+    wide = cast_values(x, torch.float64)
+    assert wide.dtype == torch.float64 and wide.col_indices().data_ptr() == x.col_indices().data_ptr()
+    assert wide.crow_indices().data_ptr() == x.crow_indices().data_ptr()
+    torch.testing.assert_close(wide.to_dense(), dense.double(), rtol=0, atol=0)
+    seen = []
+    batches = api.TensorBatches
+
+    def recording(xs, *a, **k):
+        seen.append(xs.col_indices().data_ptr())
+        return batches(xs, *a, **k)
+
+    api.TensorBatches = recording
+    try:
+        y = (torch.rand(400, generator=g) < 0.5).long()
+        assert fit(LogisticRegression(30, l2=1e-2, dtype=torch.float64), x, y).converged
+    finally:
+        api.TensorBatches = batches
+    assert seen == [x.col_indices().data_ptr()]

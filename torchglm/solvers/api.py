@@ -18,6 +18,7 @@ from ..passes import FitResult, Fitter, LinearModel, run_passes
 from ..data.batches import TensorBatches
 from .layout import hessian_cost
 from .finish import NEWTON_MAX_COST
+from .sparse_rows import cast_values
 from .stepper import StepFitter
 from .registry import DIRECT_SOLVERS, SOLVERS
 from . import gradient, least_squares, newton, proximal  # noqa: F401 - their fitter classes register themselves
@@ -214,7 +215,7 @@ def fit(
         # The solver declares what its stages of lower precision and its polish take.
         declared = cls.stage_options(dt, dt == stages[-1], result, tol, hessian_precision)
         fitter = cls(model, max_iter=max_iter, dtype=dt, **{**options, **declared})
-        xs = x.to(dt)
+        xs = cast_values(x, dt)
         ys = y.to(dt) if y.is_floating_point() else y
         ws = None if weight is None else weight.to(dt)
         os_ = None if offset is None else offset.to(dt)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["SparseRows"]
+__all__ = ["SparseRows", "cast_values"]
 
 
 class SparseRows:
@@ -52,7 +52,7 @@ class SparseRows:
         entry = None if cache is None else cache.get(key)
         if entry is None:
             csr = x if sparse_csr else x.to_sparse_csr()
-            entry = {"pinned": parts, "csr": csr.to(dtype)}
+            entry = {"pinned": parts, "csr": cast_values(csr, dtype)}
             if cache is not None:
                 cache[key] = entry
         entry["seen"] = True
@@ -133,3 +133,14 @@ class SparseRows:
         if "coo" not in self.entry:
             self.entry["coo"] = self.csr.to_sparse_coo().coalesce()
         return self.entry["coo"]
+
+
+def cast_values(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` with its values in ``dtype``; a sparse CSR shares its index arrays
+    (``Tensor.to`` copies them too: half the CSR's bytes again with int32 indices, the
+    whole of them with int64)."""
+    if x.layout != torch.sparse_csr or x.dtype == dtype:
+        return x.to(dtype)
+    return torch.sparse_csr_tensor(
+        x.crow_indices(), x.col_indices(), x.values().to(dtype), size=x.shape, check_invariants=False
+    )

@@ -81,12 +81,21 @@ class SparseRows:
             return torch.from_numpy(host.T @ r_np).T
         # (x * x)^T h over row blocks: the squared values of one block at a time
         # (no second nnz-long array), about 2^20 stored entries each.
-        out = torch.zeros(r.shape[1], self.shape[1], dtype=r.dtype)
-        block = max(1, (1 << 20) * host.shape[0] // max(host.nnz, 1))
-        for i in range(0, host.shape[0], block):
-            part = host[i : i + block]
-            part.data = part.data**2
-            out += torch.from_numpy(part.T @ r_np[i : i + block]).T
+        import scipy.sparse as sp
+
+        n, d = host.shape
+        out = torch.zeros(r.shape[1], d, dtype=r.dtype)
+        block = max(1, (1 << 20) * n // max(host.nnz, 1))
+        crow = host.indptr
+        for i in range(0, n, block):
+            j = min(i + block, n)
+            lo, hi = crow[i], crow[j]
+            part = sp.csr_matrix(  # views of the block's indices; its values squared
+                (host.data[lo:hi] ** 2, host.indices[lo:hi], crow[i : j + 1] - lo),
+                shape=(j - i, d),
+                copy=False,
+            )
+            out += torch.from_numpy(part.T @ r_np[i:j]).T
         return out
 
     def scipy_view(self, dtype: torch.dtype):

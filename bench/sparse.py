@@ -84,8 +84,11 @@ def labels(X, rng, classes):
     return np.argmax(np.asarray(X @ W) + rng.gumbel(size=(X.shape[0], classes)), axis=1).astype(np.int64)
 
 
-def problem(name="bow", classes=2):
-    X, rng = bow() if name == "bow" else hashed()
+def problem(name="bow", classes=2, rows=None):
+    if name == "bow":
+        X, rng = bow() if rows is None else bow(n=rows)
+    else:
+        X, rng = hashed() if rows is None else hashed(n=rows)
     return X, labels(X, rng, classes)
 
 
@@ -147,7 +150,7 @@ def status(key):
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key + ":")) * 1024
 
-X, y = problem(sys.argv[2], int(sys.argv[3]))
+X, y = problem(sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[5]))
 torchglm_fit(X[:2000], y[:2000], int(sys.argv[3]))  # imports and warms up torch and torchglm
 open("/proc/self/clear_refs", "w").write("5")  # VmHWM := VmRSS
 before = status("VmRSS")
@@ -159,7 +162,16 @@ print(json.dumps({"rss_before": before, "peak": status("VmHWM")}))
 def fit_memory(args, path):
     """Peak resident bytes of the torchglm fit above the process's bytes before it."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD, json.dumps(path), args.problem, str(args.classes), str(args.threads)],
+        [
+            sys.executable,
+            "-c",
+            CHILD,
+            json.dumps(path),
+            args.problem,
+            str(args.classes),
+            str(args.threads),
+            json.dumps(args.rows),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -200,56 +212,8 @@ def naive_bayes(X, y, classes, repeats):
     return rows
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--problem", choices=["bow", "hashed"], default="bow")
-    ap.add_argument("--classes", type=int, default=2, help="2: logistic; more: softmax")
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument(
-        "--layout",
-        choices=["csr", "coo"],
-        default="csr",
-        help="what torchglm is given: the scipy CSR matrix, or a torch COO tensor",
-    )
-    ap.add_argument("--no-memory", action="store_true", help="skip the child process measuring peak memory")
-    ap.add_argument("--no-nb", action="store_true", help="skip MultinomialNB")
-    ap.add_argument(
-        "--torchglm",
-        default=None,
-        metavar="CHECKOUT",
-        help="import torchglm from this checkout (default: this one)",
-    )
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args()
-    here = os.path.dirname(os.path.abspath(__file__))
-    if args.out is None:
-        name = "sparse" if args.problem == "bow" else f"sparse_{args.problem}"
-        name += "" if args.classes == 2 else f"_k{args.classes}"
-        args.out = os.path.join(here, "results", name + ".json")
-    # torchglm from --torchglm, else from the checkout this script is in
-    path = [here, os.path.abspath(args.torchglm or os.path.join(here, os.pardir))]
-    sys.path[:0] = path
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    warnings.simplefilter("ignore")
-
-    t = time.perf_counter()
-    X, y = problem(args.problem, args.classes)
-    made = time.perf_counter() - t
-    n, d = X.shape
-    csr_bytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
-    print(
-        f"{args.problem}: {n} x {d}, {X.nnz / n:.1f} stored per row, {csr_bytes / 2**20:.0f} MiB CSR ({made:.1f} s)"
-    )
-
-    X_tg = None
-    if args.layout == "coo":
-        c = X.tocoo()
-        X_tg = torch.sparse_coo_tensor(np.vstack([c.row, c.col]), c.data, c.shape).coalesce()
-
+def compare(args, X, y, X_tg):
+    """The GLM fits side by side: one row per method, ratios to the fastest peer."""
     methods = [("torchglm auto", lambda X, y: torchglm_fit(X, y, args.classes, X_tg))]
     methods.append(("sklearn lbfgs", sklearn_fit("lbfgs", args.classes)))
     if args.classes == 2:
@@ -274,6 +238,66 @@ def main():
             f"  gap {r['gap']:.2e}{passes}"
         )
 
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--problem", choices=["bow", "hashed"], default="bow")
+    ap.add_argument("--classes", type=int, default=2, help="2: logistic; more: softmax")
+    ap.add_argument("--rows", type=int, default=None, help="fewer rows than the problem's (a quick look)")
+    ap.add_argument(
+        "--only-memory", action="store_true", help="only the child process measuring the fit's memory"
+    )
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--layout",
+        choices=["csr", "coo"],
+        default="csr",
+        help="what torchglm is given: the scipy CSR matrix, or a torch COO tensor",
+    )
+    ap.add_argument("--no-memory", action="store_true", help="skip the child process measuring peak memory")
+    ap.add_argument("--no-nb", action="store_true", help="skip MultinomialNB")
+    ap.add_argument(
+        "--torchglm",
+        default=None,
+        metavar="CHECKOUT",
+        help="import torchglm from this checkout (default: this one)",
+    )
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    here = os.path.dirname(os.path.abspath(__file__))
+    if args.out is None:
+        name = "sparse" if args.problem == "bow" else f"sparse_{args.problem}"
+        name += "" if args.classes == 2 else f"_k{args.classes}"
+        name += "" if args.rows is None else f"_n{args.rows}"
+        name += "_memory" if args.only_memory else ""
+        args.out = os.path.join(here, "results", name + ".json")
+    # torchglm from --torchglm, else from the checkout this script is in
+    path = [here, os.path.abspath(args.torchglm or os.path.join(here, os.pardir))]
+    sys.path[:0] = path
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    warnings.simplefilter("ignore")
+
+    t = time.perf_counter()
+    X, y = problem(args.problem, args.classes, args.rows)
+    made = time.perf_counter() - t
+    n, d = X.shape
+    csr_bytes = X.data.nbytes + X.indices.nbytes + X.indptr.nbytes
+    print(
+        f"{args.problem}: {n} x {d}, {X.nnz / n:.1f} stored per row, {csr_bytes / 2**20:.0f} MiB CSR ({made:.1f} s)"
+    )
+
+    X_tg = None
+    if args.layout == "coo":
+        c = X.tocoo()
+        X_tg = torch.sparse_coo_tensor(np.vstack([c.row, c.col]), c.data, c.shape).coalesce()
+
+    rows = {} if args.only_memory else compare(args, X, y, X_tg)
     out = {
         "problem": {
             "name": args.problem,
@@ -295,7 +319,7 @@ def main():
         },
         "methods": rows,
     }
-    if not args.no_nb:
+    if not (args.no_nb or args.only_memory):
         nb = naive_bayes(X, y, args.classes, args.repeats)
         fastest = nb["sklearn MultinomialNB"]["time_s"]
         for name, r in nb.items():

@@ -287,20 +287,23 @@ def test_scipy_int32_indices_stay_int32_and_fit_like_dense():
 
 
 def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
-    """``auto`` on a sparse design runs L-BFGS with ``nnz / (10 (d + 1))`` pairs
-    between 10 and 30 (its passes, not its directions, are what the fit pays for); a
-    given ``memory`` and dense designs keep theirs."""
+    """``auto`` on a sparse design runs L-BFGS with 30 pairs, fewer (not under 10)
+    where the float64 pairs would take more bytes than the CSR (its passes, not its
+    directions, are what the fit pays for); a given ``memory`` and dense designs keep
+    theirs."""
     from torchglm.solvers import api
     from torchglm.solvers.gradient import LBFGSFitter
 
     g = torch.Generator().manual_seed(8)
     dense = torch.rand(3000, 200, generator=g, dtype=torch.float64)
-    dense[dense < 0.8] = 0  # 120,000 stored: nnz / (10 * 201) = 59 -> 30
+    dense[dense < 0.8] = 0  # about 120,000 stored: 1.9 MB of CSR against 16 * 201 bytes per pair
     y = (torch.rand(3000, generator=g) < torch.sigmoid(dense.sum(1) - 20)).long()
-    assert api.sparse_lbfgs_memory(dense.to_sparse_csr()) == 30
-    assert api.sparse_lbfgs_memory(dense[:200].to_sparse_csr()) == 10  # 8,000 stored
-    coo = dense[:1000].to_sparse_coo()  # about 40,000 stored: between the bounds
-    assert api.sparse_lbfgs_memory(coo) == coo._nnz() // 2010
+    assert api.sparse_lbfgs_memory(dense.to_sparse_csr(), 201) == 30
+    assert api.sparse_lbfgs_memory(dense[:30].to_sparse_csr(), 201) == 10  # about 1,200 stored
+    x = dense[:100].to_sparse_csr()  # about 4,000 stored: between the bounds
+    nbytes = 16 * x.values().numel() + 8 * 101
+    assert api.sparse_lbfgs_memory(x, 201) == nbytes // (16 * 201)
+    assert 10 < nbytes // (16 * 201) < 30
     seen = []
     init = LBFGSFitter.__init__
 

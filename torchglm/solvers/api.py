@@ -60,25 +60,28 @@ def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
 
 
-#: The L-BFGS memory ``auto`` gives a sparse design: between scipy's default 10 and
-#: this (:func:`sparse_lbfgs_memory`).
+#: The L-BFGS memory ``auto`` gives a sparse design, where its pairs fit in the
+#: design's own bytes (:func:`sparse_lbfgs_memory`).
 SPARSE_LBFGS_MAX_MEMORY = 30
 
 
-def sparse_lbfgs_memory(x: torch.Tensor) -> int:
-    """The L-BFGS memory ``m`` for ``auto`` on a sparse design: ``nnz / (10 (d + 1))``
-    between 10 and :data:`SPARSE_LBFGS_MAX_MEMORY`.
+def sparse_lbfgs_memory(x: torch.Tensor, n_params: int) -> int:
+    """The L-BFGS memory ``m`` for ``auto`` on a sparse CSR design with ``n_params``
+    parameters: :data:`SPARSE_LBFGS_MAX_MEMORY`, or fewer (not under scipy's default
+    10) where the ``2 m`` float64 pairs would take more bytes than the CSR itself.
 
-    A pass reads each stored entry twice (``X w`` and ``X^T r``: about ``4 nnz K``
-    flops for ``K`` linear predictors); the two-loop recursion costs ``4 m (d + 1) K``
-    flops per iteration, so this ``m`` keeps it near a tenth of a pass while the
-    passes, not the directions, are what a sparse fit pays for. Measured on the
-    25,000 x 10,000 bag of words with 150 terms per row (bench/sparse.py, one
-    thread): 45 passes and 9 Hessian-vector products to the certified optimum with
-    ``m = 10``, 33 and 9 with 20, 28 and 9 with 30 and with 50.
+    On a sparse design the passes, not the directions, are what a fit pays for: the
+    two-loop recursion's ``4 m p`` flops per iteration are far below a pass's reads
+    of every stored entry (and its fixed cost), and a longer memory saves passes.
+    Measured with bench/sparse.py (one thread), passes + Hessian-vector products to
+    the certified optimum with ``m = 10`` and 30: 45 + 9 and 28 + 9 on the 25,000 x
+    10,000 bag of words, 60 + 10 and 37 + 6 on its first 3,000 rows, 445 + 10 and
+    190 + 7 on 100,000 rows of the hashed 2^18-bucket bag of words.
     """
-    nnz = x._nnz() if x.layout == torch.sparse_coo else x.values().numel()
-    return int(min(SPARSE_LBFGS_MAX_MEMORY, max(10, nnz // (10 * (x.shape[1] + 1)))))
+    csr_bytes = x.values().numel() * (x.values().element_size() + x.col_indices().element_size())
+    csr_bytes += x.crow_indices().numel() * x.crow_indices().element_size()
+    fits = csr_bytes // (2 * 8 * max(n_params, 1))
+    return int(min(SPARSE_LBFGS_MAX_MEMORY, max(10, fits)))
 
 
 def _check_options(name: str, cls: type, options: dict) -> None:
@@ -193,7 +196,8 @@ def fit(
     cls = _solver_class(name, solver)
     _check_options(name, cls, options)
     if solver == "auto" and name == "lbfgs" and x.layout != torch.strided and "memory" not in options:
-        options = {**options, "memory": sparse_lbfgs_memory(x)}
+        n_params = model.n_outputs * (model.n_features + model.has_intercept)
+        options = {**options, "memory": sparse_lbfgs_memory(x, n_params)}
     if solver == "auto" and dtype is None and name == "newton":
         d = model.n_features
         flops = x.shape[0] * (d + 1) * hessian_cost(model)

@@ -36,8 +36,13 @@ def _solver_class(name: str, given: str) -> type[Fitter]:
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
 AUTO_FLOAT32_MIN_FLOPS = 5e7
 
+#: At most this many stored entries of the design times outputs (``nnz(X) K``; ``n d K``
+#: for a dense ``X``) make a small problem, which ``auto`` fits by Newton-CG instead of
+#: L-BFGS where exact Newton is too costly (:func:`choose_solver`).
+AUTO_SMALL_MAX_ENTRIES = 2.5e6
 
-def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
+
+def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: int | None = None) -> str:
     """The solver ``auto`` picks from the model's shape.
 
     The Gaussian family with its identity link is least squares: ``qr``
@@ -49,13 +54,24 @@ def choose_solver(model: LinearModel, n_samples: int | None = None) -> str:
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
     ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.finish.NEWTON_MAX_COST`, 128:
     binary problems with up to 127 features, softmax with K = 3 and up to 20
-    features), L-BFGS otherwise, whose fit then ends with a Newton-CG verification.
+    features). Otherwise a small problem, whose design has at most
+    ``AUTO_SMALL_MAX_ENTRIES`` stored entries times outputs (``n_entries K``:
+    digits' 1,797 x 64 with K = 10, a 20-newsgroups-sized TF-IDF matrix with 1.9
+    million entries and two classes), is fitted by Newton-CG: a pass there costs
+    little next to a step's fixed work, and Newton-CG reaches the optimum in 10-20
+    steps where L-BFGS took 130-190 (digits, C = 10: 32 passes and 1.1 s against
+    192 passes and 1.4 s). A larger one is fitted by L-BFGS, whose fit then ends
+    with a Newton-CG verification. ``n_entries`` is the design's stored entries
+    (``n_samples d`` for a dense one; ``None``: unknown, not small).
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
     per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
     """
     if model.family.least_squares:
         return "qr"
-    return "newton" if hessian_cost(model) <= NEWTON_MAX_COST else "lbfgs"
+    if hessian_cost(model) <= NEWTON_MAX_COST:
+        return "newton"
+    small = n_entries is not None and n_entries * model.n_outputs <= AUTO_SMALL_MAX_ENTRIES
+    return "newton-cg" if small else "lbfgs"
 
 
 def _check_options(name: str, cls: type, options: dict) -> None:
@@ -163,7 +179,7 @@ def fit(
         # Once, here: CSR row slices are views, and a pass's products run on CSR
         # (sparse_rows.SparseRows); a COO design was gathered and converted every pass.
         x = x.to_sparse_csr()
-    name = choose_solver(model, x.shape[0]) if solver == "auto" else solver
+    name = choose_solver(model, x.shape[0], _stored_entries(x)) if solver == "auto" else solver
     name = "proximal" if solver == "auto" and options.get("l1") else name  # only it handles L1
     if solver == "auto" and name == "qr" and x.layout != torch.strided:
         name = "newton"  # a sparse design stays sparse: Newton's X^T X is sparse-friendly
@@ -208,6 +224,11 @@ def fit(
     model.feature_names = names
     result.extra.solver_choice = "auto" if solver == "auto" else "user"
     return result
+
+
+def _stored_entries(x: torch.Tensor) -> int:
+    """The entries of ``x`` a pass reads: ``n d`` dense, the stored values of a sparse one."""
+    return int(x._nnz()) if x.layout != torch.strided else x.shape[0] * x.shape[1]
 
 
 def _check_rounding(model: LinearModel, result: FitResult, dtype: torch.dtype, data, tol: float) -> None:

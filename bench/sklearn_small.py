@@ -5,6 +5,8 @@ beside a busy process.
 Problems (features standardized for the two toy sets, as a user's pipeline would):
 
 - ``breast_cancer`` (569 x 30, binary) and ``digits`` (1,797 x 64, 10 classes);
+- ``dense``: 50,000 x 100 Gaussian features, binary (a problem whose products torch
+  runs on several threads: the one the loaded comparison is about);
 - ``tfidf_binary`` / ``tfidf_20``: a 20-newsgroups-sized TF-IDF matrix made up here
   (:func:`tfidf`: 11,000 documents, ~94,000 terms, ~175 terms per document, Zipf
   background words plus 1,500 topic words per class, scikit-learn's
@@ -32,7 +34,7 @@ loaded, and each estimator's slowdown loaded / quiet.
 they start, which is what the loaded comparison is about: the library's own default).
 
     python bench/sklearn_small.py                                   # ~3 minutes, one thread
-    python bench/sklearn_small.py --threads default --load          # the loaded machine
+    python bench/sklearn_small.py --threads default --load --problems breast_cancer,digits,dense
     python bench/sklearn_small.py --sections small --problems breast_cancer,digits
 
 Writes bench/results/sklearn_small.json (``--out``).
@@ -104,6 +106,11 @@ def problems(names):
     if "digits" in names:
         x, y = load_digits(return_X_y=True)
         out["digits"] = (StandardScaler().fit_transform(x), y)
+    if "dense" in names:  # large enough for torch to run its products on several threads
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((50_000, 100))
+        eta = x @ (rng.standard_normal(100) / 10) + 0.3
+        out["dense"] = (x, (rng.random(50_000) < 1 / (1 + np.exp(-eta))).astype(np.int64))
     if {"tfidf_binary", "tfidf_20"} & set(names):
         x, y = tfidf()
         if "tfidf_binary" in names:
@@ -273,7 +280,7 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--sections", default="small,grid_jobs")
-    parser.add_argument("--problems", default="breast_cancer,digits,tfidf_binary,tfidf_20")
+    parser.add_argument("--problems", default="breast_cancer,digits,dense,tfidf_binary,tfidf_20")
     parser.add_argument("--C", type=float, default=10.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--long", type=float, default=5.0, help="one repeat for fits slower than this (s)")

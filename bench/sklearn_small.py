@@ -31,7 +31,9 @@ NumPy matmul loop with its BLAS threads on every CPU, stopped at the end or afte
 loaded, and each estimator's slowdown loaded / quiet.
 
 ``--threads``: torch's and the BLAS threads of this process (``default``: leave both as
-they start, which is what the loaded comparison is about: the library's own default).
+they start, which is what the loaded comparison is about: the library's own default;
+torchglm is then also timed with ``n_jobs=-1``, one thread per CPU whatever the load,
+the default before ``torchglm.threads``).
 
     python bench/sklearn_small.py                                   # ~3 minutes, one thread
     python bench/sklearn_small.py --threads default --load --problems breast_cancer,digits,dense
@@ -145,15 +147,21 @@ def _timed_cpu(fn):
     return t, time.process_time() - c, out
 
 
-def small(data: dict, C: float, repeats: int, long: float) -> dict:
+def small(data: dict, C: float, repeats: int, long: float, all_threads: bool = False) -> dict:
+    """Each problem fitted by the estimators; with ``all_threads``, also by torchglm with
+    ``n_jobs=-1`` (one thread per CPU whatever the load: the default before
+    :mod:`torchglm.threads` capped it)."""
     rows = {}
+    estimators = [
+        ("torchglm", lambda: tgs.LogisticRegression(C=C)),
+        ("scikit-learn", lambda: SkLogistic(C=C, max_iter=1000)),
+        ("scikit-learn tol=1e-8", lambda: SkLogistic(C=C, tol=1e-8, max_iter=10_000)),
+    ]
+    if all_threads:
+        estimators.append(("torchglm n_jobs=-1", lambda: tgs.LogisticRegression(C=C, n_jobs=-1)))
     for name, (x, y) in data.items():
         row = {"n": x.shape[0], "d": x.shape[1], "classes": int(len(np.unique(y)))}
-        for who, make in (
-            ("torchglm", lambda: tgs.LogisticRegression(C=C)),
-            ("scikit-learn", lambda: SkLogistic(C=C, max_iter=1000)),
-            ("scikit-learn tol=1e-8", lambda: SkLogistic(C=C, tol=1e-8, max_iter=10_000)),
-        ):
+        for who, make in estimators:
             times, cpu = [], []
             while len(times) < repeats and not (times and times[0] > long):
                 t, c, est = _timed_cpu(lambda make=make, x=x, y=y: make().fit(x, y))
@@ -165,7 +173,7 @@ def small(data: dict, C: float, repeats: int, long: float) -> dict:
                 "cpu_s": min(cpu),
                 "n_iter": int(np.max(est.n_iter_)),
             }
-            if who == "torchglm":
+            if who.startswith("torchglm"):
                 res = est.fit_result_
                 r.update(solver=res.solver, passes=res.extra.passes, converged=bool(res.converged))
             r["objective"] = objective(x, y, est.coef_, est.intercept_, C)
@@ -189,6 +197,9 @@ def small(data: dict, C: float, repeats: int, long: float) -> dict:
             f"{row['cpu_ratio_tight']:.2f}",
             flush=True,
         )
+        if all_threads:
+            row["ratio_all_threads"] = row["torchglm n_jobs=-1"]["fit_s"] / row["scikit-learn"]["fit_s"]
+            print(f"  {'':14s} torchglm n_jobs=-1 {row['torchglm n_jobs=-1']['fit_s']:7.3f} s", flush=True)
     return rows
 
 
@@ -238,7 +249,7 @@ def grid_jobs(n_jobs: int, repeats: int) -> dict:
 def run_sections(args, data) -> dict:
     out = {}
     if "small" in args.sections:
-        out["small"] = small(data, args.C, args.repeats, args.long)
+        out["small"] = small(data, args.C, args.repeats, args.long, all_threads=args.threads == "default")
     if "grid_jobs" in args.sections:
         out["grid_jobs"] = grid_jobs(2, args.repeats)
     return out
@@ -260,17 +271,15 @@ def compare(quiet: dict, loaded: dict) -> dict:
         for key in rq:
             if section == "small":
                 q, l_ = quiet[section][key], loaded[section][key]
-                slow = {w: l_[w]["fit_s"] / q[w]["fit_s"] for w in ("torchglm", "scikit-learn")}
+                slow = {w: l_[w]["fit_s"] / q[w]["fit_s"] for w in q if isinstance(q[w], dict)}
             else:
                 slow = {
                     w: loaded[section][w][key]["wall_s"] / quiet[section][w][key]["wall_s"]
                     for w in ("torchglm", "scikit-learn")
                 }
             rows[key] = {"ratio_quiet": rq[key], "ratio_loaded": rl[key], "slowdown": slow}
-            print(
-                f"  {section}/{key}: ratio quiet {rq[key]:.2f}, loaded {rl[key]:.2f}; slowdown "
-                f"torchglm {slow['torchglm']:.2f}x, scikit-learn {slow['scikit-learn']:.2f}x"
-            )
+            slowdowns = ", ".join(f"{w} {v:.2f}x" for w, v in slow.items())
+            print(f"  {section}/{key}: ratio quiet {rq[key]:.2f}, loaded {rl[key]:.2f}; slowdown {slowdowns}")
         out[section] = rows
     return out
 

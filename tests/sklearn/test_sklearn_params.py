@@ -138,6 +138,9 @@ def test_n_jobs_none_leaves_the_cores_other_processes_use(monkeypatch):
         tgs.LogisticRegression().fit(x, y)
         tgs.LogisticRegression(n_jobs=2).fit(x, y)  # a count given is taken as it is
         assert seen == [1, 2] and torch.get_num_threads() == 2
+        seen.clear()
+        tgs.LogisticRegressionCV(Cs=[1.0], cv=2, n_jobs=2).fit(x, y)  # every fold's fit too
+        assert seen == [2, 2, 2]
     finally:
         torch.set_num_threads(before)
 

@@ -642,6 +642,7 @@ class LogisticRegressionCV(LogisticRegression):
             tol=self.tol,
             class_weight=class_weight,
             warm_start=warm_start,
+            n_jobs=self.n_jobs,  # a count given is kept inside each fold's fit
             device=self.device,
             dtype=self.dtype,
         )

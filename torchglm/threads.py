@@ -9,8 +9,9 @@ is not told its thread count (``n_jobs=None`` of the scikit-learn estimators,
 ``--threads`` of ``train.py`` left out) takes ``min(torch.get_num_threads(), idle)``,
 ``idle`` being this process's CPUs less the other threads runnable at that moment
 (Linux's ``/proc/loadavg``; elsewhere torch's setting is kept). Setting the count
-(``n_jobs=k``, ``--threads k``, or ``torch.set_num_threads(k)`` with ``n_jobs=k``)
-overrides the cap.
+(``n_jobs=k``, ``--threads k``) overrides the cap. The core API (``model.fit``,
+:func:`torchglm.solvers.fit`) runs on torch's setting as it is: call
+``torch.set_num_threads(k)``, or fit inside ``with torch_threads(None):``.
 """
 
 from __future__ import annotations

@@ -350,6 +350,7 @@ def test_make_fitter_and_auto():
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"
     # small problems (stored entries x outputs <= AUTO_SMALL_MAX_ENTRIES): Newton-CG
     assert choose_solver(LogisticRegression(500), 1_000, 500_000) == "newton-cg"
+    assert choose_solver(SoftmaxRegression(30, 3), 60, 60 * 30) == "newton"  # a tiny Newton iteration
     assert choose_solver(SoftmaxRegression(64, 10), 1_797, 1_797 * 64) == "newton-cg"
     assert choose_solver(SoftmaxRegression(64, 10), 10_000, 10_000 * 64) == "lbfgs"
     assert choose_solver(LogisticRegression(20), 1_000, 20_000) == "newton"

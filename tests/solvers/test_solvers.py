@@ -348,11 +348,14 @@ def test_make_fitter_and_auto():
     assert choose_solver(LogisticRegression(128)) == "lbfgs"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"
-    # small problems (stored entries x outputs <= AUTO_SMALL_MAX_ENTRIES): Newton-CG
-    assert choose_solver(LogisticRegression(500), 1_000, 500_000) == "newton-cg"
-    assert choose_solver(SoftmaxRegression(30, 3), 60, 60 * 30) == "newton"  # a tiny Newton iteration
-    assert choose_solver(SoftmaxRegression(64, 10), 1_797, 1_797 * 64) == "newton-cg"
-    assert choose_solver(SoftmaxRegression(64, 10), 10_000, 10_000 * 64) == "lbfgs"
+    # small penalized problems (stored entries x outputs <= AUTO_SMALL_MAX_ENTRIES): Newton-CG
+    assert choose_solver(LogisticRegression(500, l2=1e-2), 1_000, 500_000) == "newton-cg"
+    assert (
+        choose_solver(SoftmaxRegression(30, 3, l2=1e-2), 60, 60 * 30) == "newton"
+    )  # a tiny Newton iteration
+    assert choose_solver(LogisticRegression(500, l2=0.0), 1_000, 500_000) == "lbfgs"  # unpenalized
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 10_000, 10_000 * 64) == "lbfgs"
     assert choose_solver(LogisticRegression(20), 1_000, 20_000) == "newton"
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}
     x, y = spector()

@@ -59,7 +59,7 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
     (memory-bound) but needs many more iterations. Exact Newton is chosen when
     ``d~ K (K + 1) / 2 <= NEWTON_MAX_COST`` (:data:`.finish.NEWTON_MAX_COST`, 128:
     binary problems with up to 127 features, softmax with K = 3 and up to 20
-    features). Otherwise a small problem, whose design has at most
+    features). Otherwise a small penalized problem, whose design has at most
     ``AUTO_SMALL_MAX_ENTRIES`` stored entries times outputs (``n_entries K``:
     digits' 1,797 x 64 with K = 10, a 20-newsgroups-sized TF-IDF matrix with 1.9
     million entries and two classes), is fitted by exact Newton where its iteration
@@ -68,8 +68,10 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
     Newton-CG's truncated steps stop at the tolerance), else by Newton-CG: a pass there costs
     little next to a step's fixed work, and Newton-CG reaches the optimum in 10-20
     steps where L-BFGS took 130-190 (digits, C = 10: 32 passes and 1.1 s against
-    192 passes and 1.4 s). A larger one is fitted by L-BFGS, whose fit then ends
-    with a Newton-CG verification. ``n_entries`` is the design's stored entries
+    192 passes and 1.4 s). A larger one, or an unpenalized one (whose optimum may not
+    exist: separated classes, where L-BFGS's finishing Newton-CG step is what
+    declines the certificate), is fitted by L-BFGS, whose fit then ends with a
+    Newton-CG verification. ``n_entries`` is the design's stored entries
     (``n_samples d`` for a dense one; ``None``: unknown, not small).
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
     per pass and no ``dtype`` is given, it works in float32 and polishes in float64.
@@ -79,7 +81,12 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
     cost = hessian_cost(model)
     if cost <= NEWTON_MAX_COST:
         return "newton"
-    if n_entries is None or n_samples is None or n_entries * model.n_outputs > AUTO_SMALL_MAX_ENTRIES:
+    small = (
+        n_entries is not None
+        and n_samples is not None
+        and n_entries * model.n_outputs <= AUTO_SMALL_MAX_ENTRIES
+    )
+    if not (small and model.l2 > 0):
         return "lbfgs"
     d = model.n_features + model.has_intercept
     newton_flops = n_samples * d * cost + (model.n_outputs * d) ** 3 / 3

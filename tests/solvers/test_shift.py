@@ -1,6 +1,8 @@
 """The softmax shift directions (torchglm.solvers.shift)."""
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
 from torchglm.models import SoftmaxRegression
@@ -40,3 +42,16 @@ def test_a_wide_softmax_fits_without_a_dense_projector():
     assert result.converged
     # the intercepts' shift: the minimum-norm solution has class-mean zero
     assert abs(float(model.intercept.detach().sum())) < 1e-10
+
+
+def test_lbfgs_with_many_classes_and_terms_builds_no_dense_projector():
+    # 20 classes x 50,000 terms: p = 1,000,020 parameters, a dense N would take 8 TB
+    rng = np.random.default_rng(0)
+    n, d, K = 200, 50_000, 20
+    X = sp.random(n, d, density=1e-3, random_state=0, format="csr")
+    y = rng.integers(0, K, n)
+    model = SoftmaxRegression(d, K, l2=1e-2, dtype=torch.float64)
+    result = model.fit(X, y, solver="lbfgs", max_iter=3)
+    assert result.n_iter == 3
+    bias = model.intercept.detach()
+    assert abs(float(bias.sum())) < 1e-10  # steps stay orthogonal to the bias's shift direction

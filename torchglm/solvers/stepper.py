@@ -478,6 +478,9 @@ class StepFitter(Fitter):
             # before the first-order phase drives the boundary samples' curvature to 0
             # (there truncated CG returned a step predicting a decrease of 9e-5 on
             # E = 3e-11, which no line search could take).
+            if self._proven_separated(s):
+                # separation is proven: a finish would only amplify rounding along it
+                return True
             reason = f"{s.n_saturated} samples at the boundary of the mean space (separation?)"
         elif grad_norm <= self.gtol:
             reason = f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}"
@@ -566,6 +569,8 @@ class StepFitter(Fitter):
         three such steps in a row end the fit with a :class:`~torchglm.SeparationWarning`."""
         if not self.separation.enabled:
             return False
+        if self._proven_separated(s):
+            return True
         kind = self.separation.watch(s, delta, step, self.result.history)
         if kind is None:
             return False
@@ -739,9 +744,10 @@ class StepFitter(Fitter):
         self.notes[text] = self.notes.get(text, 0) + 1
 
     def _proven_separated(self, s: PassSums) -> bool:
-        """A small decrement with samples on the boundary, where the point's own
-        coefficients separate every sample strictly (``s.completely_separated``): no
-        optimum exists, whatever the decrement says (E - inf E -> 0 along them), so
+        """Samples on the boundary, where the point's own coefficients separate every
+        sample strictly (``s.completely_separated``): no optimum exists, whatever a
+        decrement says (E - inf E -> 0 along them), and further steps only run off
+        along them (amplifying rounding: the Hessian's curvature there vanishes), so
         the fit ends unconverged, naming them. Returns whether it did."""
         if not (self.separation.at_boundary(s) and s.completely_separated):
             return False

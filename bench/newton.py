@@ -122,7 +122,9 @@ def torchglm_method(solver, dtype=None):
         x, t = torch.from_numpy(X), torch.from_numpy(y)
         opts = dict(gtol=tol, tol=0.0) if tol_kind(solver) == "gtol" else dict(tol=tol, gtol=0.0)
         r = fit(m, x, t, solver=solver, dtype=dtype, max_iter=5000, **opts)
-        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, r.extra.passes
+        # (an older checkout's FitResult kept ``extra`` as a dict: bench/before_after.sh)
+        extra = r.extra if isinstance(r.extra, dict) else vars(r.extra)
+        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, extra.get("passes")
 
     return run
 

@@ -72,6 +72,8 @@ def make_problem(kind, n, d, K=None, seed=0):
         eta = X @ W.T + rng.standard_normal(K) * 0.3
         P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
         y = (P.cumsum(1) > rng.random((n, 1))).argmax(1)
+        if K > 10:  # every class present (scikit-learn drops an absent one; K = 10 unchanged)
+            y[:K] = np.arange(K)
     else:
         w = rng.standard_normal(d) / np.sqrt(d) * (2.0 if kind == "logit" else 1.0)
         eta = X @ w + 0.3

@@ -23,19 +23,35 @@ class SoftmaxShift:
 
     Attributes:
         columns: bool (d + has_bias,) mask of the columns with a shift direction.
-        N: the projector onto the shift directions, (p, p) in the flat order.
         col: the column ``j`` (``d`` for the bias) of each flat parameter ``(k, j)``.
         count: the number of flat parameters of each column, (d + 1,).
+
+    The projector ``N`` (:attr:`N`, ``p x p`` with ``p = K (d + 1)``) is built only for
+    a dense Hessian's solve (:meth:`regularize`, where ``A`` is ``p x p`` already); a
+    step is projected without it (:meth:`remove`, ``O(p)``): with ``K = 1000`` classes
+    and 100 features ``N`` would take 82 GB.
     """
 
     def __init__(self, model: LinearModel, columns: torch.Tensor, dtype: torch.dtype, device) -> None:
         m, d = model.n_outputs, model.n_features
         has_bias = model.has_intercept
+        self.m, self.d, self.has_bias = m, d, has_bias
+        self.dtype, self.device = dtype, device
         self.columns = columns
-        self.N = shift_null_projector(m, d, has_bias, columns, dtype=dtype, device=device)
+        self._N: torch.Tensor | None = None
         col = torch.arange(m * d, device=device) % d
         self.col = torch.cat([col, torch.full((m if has_bias else 0,), d, device=device)])
         self.count = torch.bincount(self.col, minlength=d + 1).to(dtype)
+        self.features = columns[:d].to(device)  # the feature columns with a shift direction
+
+    @property
+    def N(self) -> torch.Tensor:
+        """The projector onto the shift directions, (p, p) in the flat order (built once)."""
+        if self._N is None:
+            self._N = shift_null_projector(
+                self.m, self.d, self.has_bias, self.columns, dtype=self.dtype, device=self.device
+            )
+        return self._N
 
     @classmethod
     def of(cls, model: LinearModel, dtype: torch.dtype, device) -> "SoftmaxShift | None":
@@ -59,5 +75,15 @@ class SoftmaxShift:
         return A + self.N * c[self.col].unsqueeze(1)
 
     def remove(self, v: torch.Tensor) -> torch.Tensor:
-        """``v`` with its components along the shift directions projected out."""
-        return v - self.N @ v
+        """``v`` with its components along the shift directions projected out:
+        ``v - N v``, where ``(N v)_(k, j)`` is the mean over the classes ``k`` of
+        ``v_(k, j)`` for a shift column ``j`` and 0 elsewhere."""
+        m, d = self.m, self.d
+        out = v.clone()
+        W = out[: m * d].view(m, d)
+        if bool(self.features.any()):
+            W[:, self.features] -= W[:, self.features].mean(0)
+        if self.has_bias and bool(self.columns[-1]):
+            b = out[m * d :]
+            b -= b.mean()
+        return out

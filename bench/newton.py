@@ -16,7 +16,8 @@ derivative, ``X^T r``) and ``hessian_gemm_s`` (``X^T [h X]``, the one GEMM of a
 binary/Poisson Hessian, ``2 n d^2`` flops: its GFLOP/s rate is reported beside it);
 ``pass_s`` is their sum. Every method's time is also given in units of ``pass_s``
 (``time_in_passes``), and torchglm's fits report the passes they took
-(``passes``, the start pass that reads only the targets included).
+(``passes``: its passes, the start pass that reads only the targets included, plus
+one per Hessian-vector product of its CG solves, which reads the data as a pass does).
 
     python bench/newton.py            # the sizes (several minutes on 2 cores)
     python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
@@ -126,7 +127,9 @@ def torchglm_method(solver, dtype=None):
         r = fit(m, x, t, solver=solver, dtype=dtype, max_iter=5000, **opts)
         # (an older checkout's FitResult kept ``extra`` as a dict: bench/before_after.sh)
         extra = r.extra if isinstance(r.extra, dict) else vars(r.extra)
-        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, extra.get("passes")
+        # A CG iteration's Hessian-vector product reads the data as a pass does.
+        passes = (extra.get("passes") or 0) + sum(extra.get("cg_iterations") or [])
+        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, passes
 
     return run
 

@@ -408,10 +408,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
     ap.add_argument(
         "--torchglm",
-        default=None,
+        default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         metavar="CHECKOUT",
-        help="import torchglm from this checkout (another commit), even where this one "
-        "is installed in editable mode: before/after runs",
+        help="import torchglm from this checkout (default: the one this script is in, "
+        "not the installed copy: an editable install of another worktree would win), "
+        "e.g. another commit's for before/after runs",
     )
     ap.add_argument(
         "--threads",

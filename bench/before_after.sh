@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Before/after of `auto` on bench/newton.py's five problems, alternating two checkouts
+# Before/after of `auto` on bench/newton.py's six problems, alternating two checkouts
 # (default: main before issue 11, 5ac7e1c) on one thread, two rounds, min of 3 each.
 #   bash bench/before_after.sh [REV]
 set -euo pipefail
@@ -17,7 +17,7 @@ for round in 1 2; do
     echo "== $which ($([ "$which" = before ] && echo "$REV" || git rev-parse --short HEAD)), round $round"
     "$PYTHON" bench/newton.py "${extra[@]}" --threads 1 --repeats 3 --budget 5 \
         --methods "torchglm auto" "sklearn lbfgs" --out "/tmp/before_after_${which}_$round.json" \
-      | grep -E "^(binary|softmax|probit)|torchglm auto|sklearn lbfgs"
+      | grep -E "^(binary|softmax|probit|poisson)|torchglm auto|sklearn lbfgs"
   done
 done
 # One record of both checkouts' rounds, with the per-problem change of the mean of rounds.
@@ -34,6 +34,9 @@ for which in ("before", "after"):
         }
 change = {}
 for p in rounds["after_1"]["auto_time_s"]:
+    if any(rounds[f"{w}_{r}"]["auto_time_s"].get(p) is None for w in ("before", "after") for r in (1, 2)):
+        print(f"{p:28s} not run (or failed) on one side")
+        continue
     b = statistics.mean(rounds[f"before_{r}"]["auto_time_s"][p] for r in (1, 2))
     a = statistics.mean(rounds[f"after_{r}"]["auto_time_s"][p] for r in (1, 2))
     change[p] = {"before_s": round(b, 4), "after_s": round(a, 4), "change": f"{100 * (a / b - 1):+.0f}%"}

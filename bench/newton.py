@@ -1,13 +1,23 @@
 """Benchmark: torchglm's Newton-type solvers against scikit-learn, statsmodels and glum.
 
 Every method minimizes the same objective, mean NLL + (alpha/2)||W||^2 with the
-intercept unpenalized and alpha = 1e-4 (scikit-learn C = 1 / (alpha n); glum's
-alpha is ours), on five synthetic problems. Each method runs over a ladder of
+intercept unpenalized and alpha = 1e-4 (scikit-learn C = 1 / (alpha n), PoissonRegressor's alpha and glum's
+alpha are ours), on six synthetic problems (two more, softmax with K = 100 and
+K = 1,000 classes, run when named with --problems). Each method runs over a ladder of
 tolerances, loosest first, and its time is that of the first run whose
 objective (evaluated here in float64 numpy, independently of every library)
 is within 1e-8 relative of the best objective any run reached. statsmodels'
 Logit / Probit / MNLogit / GLM-IRLS have no L2 penalty: they are timed on their
 own (unpenalized) problem and their objective gap on ours is reported.
+
+The floor. A fit reads the data at least once per pass, so each problem also
+measures one pass in float64 here: ``grad_pass_s`` (``eta = X w``, the family's
+derivative, ``X^T r``) and ``hessian_gemm_s`` (``X^T [h X]``, the one GEMM of a
+binary/Poisson Hessian, ``2 n d^2`` flops: its GFLOP/s rate is reported beside it);
+``pass_s`` is their sum. Every method's time is also given in units of ``pass_s``
+(``time_in_passes``), and torchglm's fits report the passes they took
+(``passes``: its passes, the start pass that reads only the targets included, plus
+one per Hessian-vector product of its CG solves, which reads the data as a pass does).
 
     python bench/newton.py            # the issue's sizes (several minutes on 2 cores)
     python bench/newton.py --quick    # n / 10, best of 3 runs, a few minutes
@@ -31,7 +41,7 @@ import warnings
 
 import numpy as np
 import torch
-from scipy.special import log_ndtr, logsumexp
+from scipy.special import gammaln, log_ndtr, logsumexp
 
 ALPHA = 1e-4
 REL = 1e-8
@@ -42,6 +52,12 @@ PROBLEMS = {
     "binary n=50k d=500": dict(kind="logit", n=50_000, d=500),
     "softmax K=10 n=100k d=100": dict(kind="softmax", n=100_000, d=100, K=10),
     "probit n=200k d=50": dict(kind="probit", n=200_000, d=50),
+    "poisson n=500k d=30": dict(kind="poisson", n=500_000, d=30),
+}
+#: Run only when named with --problems (minutes per peer; an eta of n x K).
+MANY_CLASSES = {
+    "softmax K=100 n=100k d=100": dict(kind="softmax", n=100_000, d=100, K=100),
+    "softmax K=1000 n=100k d=100": dict(kind="softmax", n=100_000, d=100, K=1000),
 }
 
 
@@ -49,11 +65,16 @@ PROBLEMS = {
 def make_problem(kind, n, d, K=None, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((n, d))
+    if kind == "poisson":  # bench/poisson.py's data
+        w = rng.normal(0.0, 0.5 / np.sqrt(d), d)
+        return X, rng.poisson(np.exp(0.5 + X @ w)).astype(np.float64)
     if kind == "softmax":
         W = rng.standard_normal((K, d)) / np.sqrt(d)
         eta = X @ W.T + rng.standard_normal(K) * 0.3
         P = np.exp(eta - logsumexp(eta, axis=1, keepdims=True))
         y = (P.cumsum(1) > rng.random((n, 1))).argmax(1)
+        if K > 10:  # every class present (scikit-learn drops an absent one; K = 10 unchanged)
+            y[:K] = np.arange(K)
     else:
         w = rng.standard_normal(d) / np.sqrt(d) * (2.0 if kind == "logit" else 1.0)
         eta = X @ w + 0.3
@@ -72,6 +93,9 @@ def objective(kind, X, y, W, b):
     eta = X @ W.T + b
     if kind == "softmax":
         nll = logsumexp(eta, axis=1) - eta[np.arange(len(y)), y]
+    elif kind == "poisson":
+        eta = eta[:, 0]
+        nll = np.exp(eta) - y * eta + gammaln(y + 1)
     else:
         eta = eta[:, 0]
         if kind == "logit":
@@ -81,19 +105,31 @@ def objective(kind, X, y, W, b):
     return float(nll.mean() + 0.5 * ALPHA * (W * W).sum())
 
 
-# -- methods: each returns (W, b, n_iter) --------------------------------------------
+# -- methods: each returns (W, b, n_iter) or (W, b, n_iter, passes) ------------------
+FAMILY_LINK = {
+    "softmax": ("categorical", "softmax"),
+    "poisson": ("poisson", "log"),
+    "logit": ("bernoulli", "logit"),
+    "probit": ("bernoulli", "probit"),
+}
+
+
 def torchglm_method(solver, dtype=None):
     from torchglm.models import GeneralizedLinearModel
     from torchglm.solvers import fit
 
     def run(kind, X, y, tol):
         K = int(y.max()) + 1 if kind == "softmax" else None
-        fam, link = ("categorical", "softmax") if kind == "softmax" else ("bernoulli", kind)
+        fam, link = FAMILY_LINK[kind]
         m = GeneralizedLinearModel(X.shape[1], fam, link, n_classes=K, l2=ALPHA, dtype=torch.float64)
         x, t = torch.from_numpy(X), torch.from_numpy(y)
         opts = dict(gtol=tol, tol=0.0) if tol_kind(solver) == "gtol" else dict(tol=tol, gtol=0.0)
         r = fit(m, x, t, solver=solver, dtype=dtype, max_iter=5000, **opts)
-        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter
+        # (an older checkout's FitResult kept ``extra`` as a dict: bench/before_after.sh)
+        extra = r.extra if isinstance(r.extra, dict) else vars(r.extra)
+        # A CG iteration's Hessian-vector product reads the data as a pass does.
+        passes = (extra.get("passes") or 0) + sum(extra.get("cg_iterations") or [])
+        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, passes
 
     return run
 
@@ -109,6 +145,17 @@ def sklearn_method(solver):
         sk = LogisticRegression(C=1.0 / (ALPHA * len(y)), solver=solver, tol=tol, max_iter=10_000)
         sk.fit(X, y)
         return sk.coef_, sk.intercept_, int(np.max(sk.n_iter_))
+
+    return run
+
+
+def sklearn_poisson_method(solver):
+    def run(kind, X, y, tol):
+        from sklearn.linear_model import PoissonRegressor
+
+        sk = PoissonRegressor(alpha=ALPHA, solver=solver, tol=tol, max_iter=10_000)
+        sk.fit(X, y)
+        return sk.coef_[None, :], np.atleast_1d(sk.intercept_), int(sk.n_iter_)
 
     return run
 
@@ -149,9 +196,10 @@ def glum_method(solver):
         # Imported here: a machine without glum records the peer as failed, not a crash.
         from glum import GeneralizedLinearRegressor
 
-        link = glum_probit_link() if kind == "probit" else kind
+        family, link = ("poisson", "log") if kind == "poisson" else ("binomial", kind)
+        link = glum_probit_link() if kind == "probit" else link
         g = GeneralizedLinearRegressor(
-            family="binomial",
+            family=family,
             link=link,
             alpha=ALPHA,
             l1_ratio=0.0,
@@ -171,8 +219,12 @@ def statsmodels_method(which):
 
         Xc = sm.add_constant(X, prepend=False)
         if which == "glm-irls":
-            link = sm.families.links.Logit() if kind == "logit" else sm.families.links.Probit()
-            res = sm.GLM(y, Xc, family=sm.families.Binomial(link=link)).fit(tol=tol, maxiter=100)
+            if kind == "poisson":
+                family = sm.families.Poisson()
+            else:
+                link = sm.families.links.Logit() if kind == "logit" else sm.families.links.Probit()
+                family = sm.families.Binomial(link=link)
+            res = sm.GLM(y, Xc, family=family).fit(tol=tol, maxiter=100)
             params, it = res.params, res.fit_history["iteration"]
             return params[None, :-1], params[-1:], it
         cls = {"logit": sm.Logit, "probit": sm.Probit, "softmax": sm.MNLogit}[kind]
@@ -188,7 +240,7 @@ def statsmodels_method(which):
     return run
 
 
-def methods_for(kind, quick):
+def methods_for(kind, quick, K=None):
     ms = {
         "torchglm auto": (torchglm_method("auto"), [1e-8, 1e-10, 1e-12, 1e-14]),
         "torchglm newton": (torchglm_method("newton"), [1e-8, 1e-10, 1e-12, 1e-14]),
@@ -203,12 +255,19 @@ def methods_for(kind, quick):
         ms.pop("torchglm newton")
         ms.pop("torchglm newton f32+polish")
     if kind in ("logit", "softmax"):
-        for s in ("lbfgs", "newton-cholesky", "newton-cg"):
+        # Many classes: scikit-learn's Newton solvers form or iterate on (K d~)^2
+        # (newton-cholesky took 13 s at K = 10); its lbfgs is the peer there.
+        many = K is not None and K > 10
+        for s in ("lbfgs",) if many else ("lbfgs", "newton-cholesky", "newton-cg"):
             ms[f"sklearn {s}"] = (sklearn_method(s), [1e-4, 1e-6, 1e-8, 1e-10])
-    if kind in ("logit", "probit"):
+    if kind == "poisson":
+        for s in ("lbfgs", "newton-cholesky"):
+            ms[f"sklearn {s}"] = (sklearn_poisson_method(s), [1e-4, 1e-6, 1e-8, 1e-10])
+    if kind in ("logit", "probit", "poisson"):
         for s in ("irls-cd", "lbfgs"):
             ms[f"glum {s}"] = (glum_method(s), [1e-4, 1e-6, 1e-8, 1e-10])
-        ms["statsmodels newton (no L2)"] = (statsmodels_method("newton"), [1e-8])
+        if kind != "poisson":  # statsmodels' discrete Poisson is the same fit as its GLM
+            ms["statsmodels newton (no L2)"] = (statsmodels_method("newton"), [1e-8])
         ms["statsmodels GLM IRLS (no L2)"] = (statsmodels_method("glm-irls"), [1e-8])
     elif quick:
         ms["statsmodels MNLogit (no L2)"] = (statsmodels_method("newton"), [1e-8])
@@ -219,7 +278,7 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
     n = spec["n"] // 10 if quick else spec["n"]
     X, y = make_problem(spec["kind"], n, spec["d"], spec.get("K"))
     rows = {}
-    methods = methods_for(spec["kind"], quick)
+    methods = methods_for(spec["kind"], quick, spec.get("K"))
     if only:
         methods = {k: v for k, v in methods.items() if any(s in k for s in only)}
     # Warm-up on 500 rows: first-call costs (lazy imports, torch.func set-up) are not timed.
@@ -239,7 +298,7 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
                     walls = []
                     for _ in range(repeats):
                         t0 = time.perf_counter()
-                        W, b, it = fn(spec["kind"], X, y, tol)
+                        W, b, it, *passes = fn(spec["kind"], X, y, tol)
                         walls.append(time.perf_counter() - t0)
                 except Exception as e:  # a peer failing is a result, not a crash
                     runs.append(dict(tol=tol, error=f"{type(e).__name__}: {e}"[:200]))
@@ -248,10 +307,13 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
             runs.append(
                 dict(tol=tol, time_s=wall, n_iter=int(it), objective=objective(spec["kind"], X, y, W, b))
             )
+            if passes:
+                runs[-1]["passes"] = passes[0]
             if wall > budget_s:
                 break
         rows[label] = runs
     best = min(r["objective"] for runs in rows.values() for r in runs if "objective" in r)
+    floor = pass_floor(spec["kind"], X, spec.get("K"), repeats)
     table = {}
     for label, runs in rows.items():
         ok = [r for r in runs if "objective" in r and r["objective"] <= best + REL * abs(best)]
@@ -259,10 +321,13 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
         entry = dict(runs=runs, reached=bool(ok))
         if ok:
             entry.update(time_s=ok[0]["time_s"], n_iter=ok[0]["n_iter"], tol=ok[0]["tol"])
+            entry.update({"passes": ok[0]["passes"]} if "passes" in ok[0] else {})
         elif "objective" in last:
             entry.update(
                 gap=(last["objective"] - best) / abs(best), time_s=last["time_s"], n_iter=last["n_iter"]
             )
+        if "time_s" in entry:
+            entry["time_in_passes"] = entry["time_s"] / floor["pass_s"]
         table[label] = entry
     peers = [e["time_s"] for k, e in table.items() if not k.startswith("torchglm") and e["reached"]]
     fastest = min(peers) if peers else None
@@ -276,8 +341,46 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
         kind=spec["kind"],
         best_objective=best,
         fastest_peer_s=fastest,
+        floor=floor,
         methods=table,
     )
+
+
+def pass_floor(kind, X, K, repeats):
+    """One pass in float64 torch (module docstring): ``eta = X w``, the family's first
+    derivative and ``X^T r`` (an ``n x K`` eta for the softmax); the Hessian GEMM
+    ``X^T [h X]`` (``d x d``: one block of a softmax's ``K (K + 1) / 2``). Best of
+    ``max(repeats, 3)``."""
+    x = torch.from_numpy(X)
+    n, d = x.shape
+    W = torch.full((d, K or 1), 0.01, dtype=x.dtype)
+
+    def grad_pass():
+        eta = x @ W
+        r = torch.softmax(eta, 1) if kind == "softmax" else torch.sigmoid(eta)
+        return x.T @ r
+
+    def hessian_gemm():
+        # Over row chunks of 2^16 elements, as torchglm's passes run it on a CPU (the
+        # scaled copy h X stays in cache; one whole n x d copy is slower).
+        h = torch.sigmoid(x @ W[:, 0])
+        out = torch.zeros(d, d, dtype=x.dtype)
+        rows = max(256, 2**16 // d)
+        for i in range(0, n, rows):
+            xc = x[i : i + rows]
+            out.addmm_(xc.T, xc * h[i : i + rows, None])
+        return out
+
+    def best(fn):
+        walls = []
+        for _ in range(max(repeats, 3)):
+            t0 = time.perf_counter()
+            fn()
+            walls.append(time.perf_counter() - t0)
+        return min(walls)
+
+    g, h = best(grad_pass), best(hessian_gemm)
+    return dict(grad_pass_s=g, hessian_gemm_s=h, pass_s=g + h, hessian_gflops=2 * n * d * d / h / 1e9)
 
 
 def main():
@@ -305,10 +408,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results", "newton.json"))
     ap.add_argument(
         "--torchglm",
-        default=None,
+        default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         metavar="CHECKOUT",
-        help="import torchglm from this checkout (another commit), even where this one "
-        "is installed in editable mode: before/after runs",
+        help="import torchglm from this checkout (default: the one this script is in, "
+        "not the installed copy: an editable install of another worktree would win), "
+        "e.g. another commit's for before/after runs",
     )
     ap.add_argument(
         "--threads",
@@ -344,13 +448,21 @@ def main():
         repeats=args.repeats,
         problems={},
     )
-    for name, spec in PROBLEMS.items():
-        if args.problems and not any(p in name for p in args.problems):
+    for name, spec in {**PROBLEMS, **MANY_CLASSES}.items():
+        named = args.problems and any(p in name for p in args.problems)
+        if (args.problems and not named) or (name in MANY_CLASSES and not named):
             continue
         res = run_problem(name, spec, args.quick, args.budget, args.repeats, args.methods)
         out["problems"][name] = res
+        fl = res["floor"]
         print(f"\n{name} (n={res['n']}): best objective {res['best_objective']:.12g}")
-        print(f"  {'method':34s} {'time s':>8s} {'iters':>6s} {'ratio':>7s}  note")
+        print(
+            f"  one pass {fl['pass_s']:.4f} s = gradient pass {fl['grad_pass_s']:.4f} s + Hessian GEMM "
+            f"{fl['hessian_gemm_s']:.4f} s ({fl['hessian_gflops']:.1f} GFLOP/s)"
+        )
+        print(
+            f"  {'method':34s} {'time s':>8s} {'iters':>6s} {'passes':>6s} {'x pass':>7s} {'ratio':>7s}  note"
+        )
         for label, e in sorted(res["methods"].items(), key=lambda kv: kv[1].get("time_s", 1e9)):
             ratio = f"{e['ratio_to_fastest_peer']:.2f}" if "ratio_to_fastest_peer" in e else "-"
             note = (
@@ -359,7 +471,11 @@ def main():
                 else (f"gap {e['gap']:.1e} (not reached)" if "gap" in e else e["runs"][-1].get("error", ""))
             )
             t = f"{e['time_s']:.3f}" if "time_s" in e else "-"
-            print(f"  {label:34s} {t:>8s} {e.get('n_iter', '-')!s:>6s} {ratio:>7s}  {note}")
+            xp = f"{e['time_in_passes']:.1f}" if "time_in_passes" in e else "-"
+            print(
+                f"  {label:34s} {t:>8s} {e.get('n_iter', '-')!s:>6s} {e.get('passes', '-')!s:>6s} "
+                f"{xp:>7s} {ratio:>7s}  {note}"
+            )
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as f:
         json.dump(out, f, indent=1)

@@ -407,12 +407,30 @@ def check_magnitude(
         )
 
 
+#: Rows per group of :func:`_column_reduce`.
+_ROW_GROUP = 32
+
+
+def _column_reduce(t: torch.Tensor, reduce) -> torch.Tensor:
+    """``reduce(t, 0)`` of a dense (n, d) matrix, ``reduce`` being ``amin`` or ``amax``.
+    A contiguous ``t`` is reduced as (n / 32, 32, d) over the middle axis first, which
+    runs along the contiguous columns: on a CPU 3-8x faster than ``aminmax(t, dim=0)``
+    (200k x 50 float64: that one reduction cost more than a third of a Newton fit)."""
+    n, d = t.shape
+    m = n - n % _ROW_GROUP
+    if not t.is_contiguous() or m == 0:
+        return reduce(t, 0)
+    out = reduce(reduce(t[:m].view(-1, _ROW_GROUP, d), 1), 0)
+    return out if m == n else reduce(torch.stack([out, reduce(t[m:], 0)]), 0)
+
+
 def _column_max_abs(t: torch.Tensor) -> torch.Tensor:
     """``max_i |t_ij|`` per column of a dense or sparse (COO/CSR) matrix (0 for a column
     without stored entries), from per-column extremes: no ``|t|`` copy of a dense matrix."""
     if t.layout == torch.strided:
-        lo, hi = torch.aminmax(t, dim=0) if t.shape[0] else (t.new_zeros(t.shape[1]),) * 2
-        return torch.maximum(-lo, hi)
+        if not t.shape[0]:
+            return t.new_zeros(t.shape[1])
+        return torch.maximum(-_column_reduce(t, torch.amin), _column_reduce(t, torch.amax))
     if t.layout == torch.sparse_coo:
         t = t.coalesce()
         columns, values = t.indices()[1], t.values()

@@ -547,11 +547,12 @@ class Categorical(Family):
             return None
         log_mu = torch.log_softmax(eta, dim=-1)
         nll = -log_mu.gather(-1, y.unsqueeze(-1)).squeeze(-1)
-        mu = log_mu.exp()
-        d1 = mu.scatter_add(-1, y.unsqueeze(-1), torch.full_like(nll, -1.0).unsqueeze(-1))
-        if order == 1:
-            return nll, d1
-        return nll, d1, torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
+        # In place: log_mu becomes mu, then mu - onehot(y) (an n x K pass's two fewer
+        # n x K copies: with K = 100 they were a third of its elementwise time).
+        mu = log_mu.exp_()
+        d2 = None if order == 1 else torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
+        d1 = mu.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(nll, -1.0).unsqueeze(-1))
+        return (nll, d1) if order == 1 else (nll, d1, d2)
 
     def strictly_separated(self, eta_dir, y):
         # -log softmax(eta)_y falls along d where d's eta of the observed class exceeds

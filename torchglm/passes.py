@@ -37,6 +37,17 @@ __all__ = [
 ]
 
 
+def _plain_dense(x, weight: torch.Tensor) -> bool:
+    """A strided tensor of ``weight``'s dtype, outside autocast: ``addmm`` then gives
+    exactly ``x W^T + b`` in that dtype."""
+    return (
+        isinstance(x, torch.Tensor)
+        and x.layout == torch.strided
+        and x.dtype == weight.dtype
+        and not torch.is_autocast_enabled(x.device.type)
+    )
+
+
 def linear_predictor(
     x,
     weight: torch.Tensor,
@@ -64,11 +75,14 @@ def linear_predictor(
         tensor([4., 4.])
     """
     if weight.dim() == 2:
-        eta = x @ weight.T
-        if bias is not None:
-            # in eta's dtype: under autocast the product is bfloat16/float16 and stays so,
-            # as F.linear's would (a float32 bias would promote it); otherwise a no-op
-            eta = eta + bias.to(eta.dtype)
+        if bias is not None and _plain_dense(x, weight) and bias.dtype == weight.dtype:
+            eta = torch.addmm(bias, x, weight.T)  # one fused product and sum: no second n x K copy
+        else:
+            eta = x @ weight.T
+            if bias is not None:
+                # in eta's dtype: under autocast the product is bfloat16/float16 and stays so,
+                # as F.linear's would (a float32 bias would promote it); otherwise a no-op
+                eta = eta + bias.to(eta.dtype)
     else:
         eta = torch.einsum("nd,...kd->...nk", x, weight)
         if bias is not None:

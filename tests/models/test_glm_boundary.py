@@ -446,6 +446,24 @@ def test_zero_and_sparse_columns_pass_the_underflow_gate():
             check_magnitude("X", t)
 
 
+@pytest.mark.parametrize("row", [5, 68])  # in the row groups the gate reduces first, or after them
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_underflow_gate_sees_every_row(row, order):
+    """The per-column extremes run over groups of rows and the rows after the last
+    group: a column of order 1e-170 with its one entry of order 1 in either place is
+    accepted, and refused without it, for a contiguous and a column-major design."""
+    from torchglm._validation import check_magnitude
+
+    x = torch.randn(70, 3, dtype=torch.float64)
+    x[:, 2] *= 1e-170
+    x[row, 2] = -2.0  # the column's largest magnitude, negative
+    as_order = (lambda t: t) if order == "C" else (lambda t: t.T.contiguous().T)
+    check_magnitude("X", as_order(x))
+    x[row, 2] = 1e-170
+    with pytest.raises(InputError, match="first column 2"):
+        check_magnitude("X", as_order(x))
+
+
 @pytest.mark.parametrize("l2", [math.inf, -math.inf, math.nan, -1.0])
 @pytest.mark.parametrize(
     "make",

@@ -10,7 +10,8 @@ inherits from its parent)::
     python bench/cli_memory.py --rows 2000000 --cols 50
     python bench/cli_memory.py --rows 200000 --cols 50 --skip-loaded   # a smaller check
 
-Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the Python path.
+Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the Python
+path, and writes them to ``bench/results/cli_memory.json``.
 """
 
 from __future__ import annotations
@@ -114,6 +115,17 @@ def main() -> None:
         print(f"{n} x {d} float32 .npy ({size / 1e6:.0f} MB)")
         for name, (mb, seconds, first) in rows.items():
             print(f"{name:<34} peak RSS {mb:8.0f} MB  {seconds:7.1f} s  x{mb / base:.2f}  ({first})")
+        out = ROOT / "bench" / "results" / "cli_memory.json"
+        out.parent.mkdir(exist_ok=True)
+        result = {
+            "rows": n,
+            "cols": d,
+            "load": os.getloadavg(),
+            "paths": {
+                k: {"peak_rss_mb": mb, "seconds": s, "ratio": mb / base} for k, (mb, s, _) in rows.items()
+            },
+        }
+        out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 def write(tmp: Path, n: int, d: int) -> None:

@@ -310,6 +310,10 @@ def parse_size(value, name: str = "memory_budget") -> int:
     return int(size)
 
 
+#: rows standardized at a time by :meth:`StreamedRows.read`
+_SPAN = 4096
+
+
 class StreamedRows:
     """Some rows of a plain 2-D ``.npy`` file's feature columns, standardized, read
     from disk when asked for (:class:`StreamedBatches`): what an in-memory split's
@@ -339,11 +343,14 @@ class StreamedRows:
     def read(self, f, start: int, stop: int) -> torch.Tensor:
         """Positions ``start:stop`` of these rows: one contiguous read of the file span."""
         r = self.rows[start:stop]
-        if len(r) == 0:
-            return torch.empty((0, len(self.columns)), dtype=self.dtype)
-        block = self.file.rows(f, int(r[0]), int(r[-1]) + 1)
-        x = torch.from_numpy(np.ascontiguousarray(block[r - r[0]][:, self.columns], dtype=np.float64))
-        return ((x - self.mean) / self.scale).to(self.dtype)
+        out = torch.empty((len(r), len(self.columns)), dtype=self.dtype)
+        # a span of rows at a time: the float64 temporaries stay a few MB, whatever the batch
+        for a in range(0, len(r), _SPAN):
+            s = r[a : a + _SPAN]
+            block = self.file.rows(f, int(s[0]), int(s[-1]) + 1)
+            x = torch.from_numpy(block[np.ix_(s - s[0], self.columns)].astype(np.float64, copy=False))
+            out[a : a + len(s)] = (x - self.mean) / self.scale
+        return out
 
     def __getitem__(self, index) -> torch.Tensor:
         if not isinstance(index, slice) or index.step not in (None, 1):

@@ -140,3 +140,9 @@ def test_the_streamed_setup_fixes_the_threshold(tmp_path, monkeypatch):
     GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000).setup("fit")
     GLMDataModule(str(_npy(tmp_path)), batch_size=500).setup("fit")
     assert calls == [1]  # the streamed module only
+
+
+def test_streamed_splits_keep_compact_row_numbers(tmp_path):
+    dm = GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000)
+    dm.setup("fit")
+    assert [dm.split(k)[0].rows.dtype for k in ("train", "val", "test")] == [np.dtype(np.int32)] * 3

@@ -319,13 +319,16 @@ class StreamedRows:
     from disk when asked for (:class:`StreamedBatches`): what an in-memory split's
     feature tensor is to :class:`~torchglm.data.batches.TensorBatches`.
 
-    ``rows`` are file row indices in increasing order; ``z = (x - mean) / scale``
+    ``rows`` are file row indices in increasing order (any integer dtype); ``z = (x - mean) / scale``
     is computed in float64 and cast to ``dtype``, as the in-memory path does.
     """
 
     def __init__(self, path: Path, rows: np.ndarray, columns: list[int], mean, scale, dtype: torch.dtype):
         self.file = _NpyFile(Path(path), "source")
-        self.rows, self.columns = np.asarray(rows, dtype=np.int64), list(columns)
+        rows = np.asarray(rows)
+        # row numbers stay in their integer dtype (int32 below 2**31 rows: half the memory)
+        self.rows = rows if rows.dtype.kind in "iu" else rows.astype(np.int64)
+        self.columns = list(columns)
         self.mean, self.scale, self.dtype = mean, scale, dtype
 
     @property

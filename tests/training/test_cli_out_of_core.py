@@ -101,45 +101,45 @@ def test_parse_size_refuses(value):
 
 
 _FREED = """
-import sys
 import numpy as np
-from torchglm.training.streamed import return_freed_buffers
+from torchglm.training.streamed import trim_heap
 
 def rss():
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
 
-if sys.argv[1] == "fixed":
-    assert return_freed_buffers()
 a = np.ones(20 * 2**20 // 8)
-del a  # glibc's default: the mmap threshold rises to 20 MiB
+del a  # glibc's mmap threshold rises to 20 MiB
 b = np.ones(16 * 2**20 // 8)  # then a 16 MiB batch comes from the heap
 keep = [np.ones(100) for _ in range(100)]  # small long-lived blocks above it
 before = rss()
 del b
-print((before - rss()) / 1024)
+freed = before - rss()
+assert trim_heap()
+print(freed / 1024, (before - rss()) / 1024)
 """
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc and /proc")
-def test_a_streamed_run_gives_freed_batch_buffers_back():
-    """A batch-sized buffer freed during a streamed run leaves the process's resident
-    memory (glibc keeps it in the heap by default: the run's peak grew with each pass)."""
-    freed = {}
-    for mode in ("default", "fixed"):
-        out = subprocess.run([sys.executable, "-c", _FREED, mode], capture_output=True, text=True, check=True)
-        freed[mode] = float(out.stdout)
-    assert freed["default"] < 4 and freed["fixed"] >= 15, freed
+def test_a_trimmed_heap_gives_a_freed_batch_buffer_back():
+    """A batch-sized buffer freed below longer-lived small blocks stays resident until
+    the heap is trimmed (a streamed run's peak grew with each pass)."""
+    out = subprocess.run([sys.executable, "-c", _FREED], capture_output=True, text=True, check=True)
+    freed, trimmed = map(float, out.stdout.split())
+    assert freed < 4 and trimmed >= 15, (freed, trimmed)
 
 
-def test_the_streamed_setup_fixes_the_threshold(tmp_path, monkeypatch):
-    import torchglm.training.data_module as data_module
+def test_streamed_passes_trim_the_heap_after_each_pass(tmp_path, monkeypatch):
+    import torchglm.training.streamed as streamed
 
     calls = []
-    monkeypatch.setattr(data_module, "return_freed_buffers", lambda: calls.append(1))
-    GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000).setup("fit")
-    GLMDataModule(str(_npy(tmp_path)), batch_size=500).setup("fit")
-    assert calls == [1]  # the streamed module only
+    monkeypatch.setattr(streamed, "trim_heap", lambda: calls.append(1))
+    dm = GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000)
+    dm.setup("fit")
+    batches = dm.train_batches()
+    for _ in range(2):
+        n = sum(1 for _ in batches)
+    assert n == len(batches) == 4 and calls == [1, 1]
 
 
 def test_streamed_splits_keep_compact_row_numbers(tmp_path):

@@ -33,7 +33,7 @@ from .labels import Targets
 from .placement import Placement
 from .sources import Columns, read_source
 from .splits import Split, shard
-from .streamed import return_freed_buffers, streamed_source, streamed_splits, streams
+from .streamed import TrimmedPasses, streamed_source, streamed_splits, streams
 
 __all__ = ["GLMDataModule"]
 
@@ -220,7 +220,6 @@ class GLMDataModule(pl.LightningDataModule):
         """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: the splits read
         their rows from the file when a pass asks (:func:`.streamed.streamed_splits`)."""
         npy, col, columns = streamed_source(self._columns(), self.feature_spec, self.memory_budget)
-        return_freed_buffers()  # a pass's batch buffers go back to the system when freed
         data = streamed_splits(
             npy, col, columns, self.splitting, self.standardize, self.dtype, self.batch_size or 65536
         )
@@ -347,7 +346,7 @@ class GLMDataModule(pl.LightningDataModule):
     def _batches(self, name: str, batch_size: int | None, shuffle: bool) -> TensorBatches | StreamedBatches:
         x, y, weight, offset = self._tensors(name)
         if self.streamed:
-            return StreamedBatches(x, y, weight, offset, batch_size=batch_size or 65536)
+            return TrimmedPasses(StreamedBatches(x, y, weight, offset, batch_size=batch_size or 65536))
         return TensorBatches(
             x,
             y,

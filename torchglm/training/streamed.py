@@ -25,10 +25,8 @@ from .features import FeatureSpec
 from .sources import Columns
 from .splits import Split
 
-__all__ = ["Streamed", "return_freed_buffers", "streams", "streamed_source", "streamed_splits"]
+__all__ = ["Streamed", "TrimmedPasses", "streams", "streamed_source", "streamed_splits", "trim_heap"]
 
-#: glibc's ``mallopt`` parameter number of ``M_MMAP_THRESHOLD`` (``malloc.h``)
-_M_MMAP_THRESHOLD = -3
 
 _NAMES = ("train", "val", "test")
 
@@ -66,25 +64,41 @@ def streamed_source(cols: Columns, spec: FeatureSpec, memory_budget: int) -> tup
     return npy, col, columns
 
 
-def return_freed_buffers(threshold: int = 2**20) -> bool:
-    """Let this process give a freed buffer of at least ``threshold`` bytes back to the
-    system at once (glibc's ``mallopt(M_MMAP_THRESHOLD, threshold)``).
+def trim_heap() -> bool:
+    """Give the heap's free pages back to the system (glibc's ``malloc_trim(0)``).
 
-    By default glibc raises its mmap threshold to the largest block freed so far (up to
-    32 MiB): after the first batch, batch-sized buffers come from the heap, which only
-    shrinks from its top, so a pass's buffers interleaved with longer-lived small ones
-    (metric states, Lightning's bookkeeping) stay resident. At 2M x 50 float32 rows that
-    added about 220 MB to a streamed ``train.py`` run (``bench/cli_memory.py``). A fixed
-    threshold keeps each such buffer in its own mapping, unmapped when freed.
+    glibc raises its mmap threshold to the largest block freed so far (up to 32 MiB):
+    after the first batch, batch-sized buffers come from the heap, whose free holes
+    between longer-lived small blocks (metric states, Lightning's bookkeeping) stay
+    resident, and a pass of another batch size (evaluation) adds holes of its own. At
+    2M x 50 float32 rows a streamed ``train.py`` run grew by 200-400 MB this way
+    (``bench/cli_memory.py``). Trimming after each pass releases the holes; the next
+    pass faults in only what it uses. (Fixing the mmap threshold instead, which maps
+    and unmaps every batch buffer, made the passes 1.7 times slower.)
 
     Returns:
-        Whether the threshold was set (``False`` where the C library is not glibc).
+        Whether it ran (``False`` where the C library is not glibc).
     """
     try:
-        mallopt = ctypes.CDLL(None).mallopt
+        malloc_trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, int(threshold)))
+    malloc_trim(0)
+    return True
+
+
+class TrimmedPasses:
+    """A re-iterable of batches that trims the heap (:func:`trim_heap`) after each pass."""
+
+    def __init__(self, batches):
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        yield from self.batches
+        trim_heap()
 
 
 @dataclass

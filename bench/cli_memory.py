@@ -1,6 +1,10 @@
 """Peak resident memory of an out-of-core Newton fit of an ``n x d`` float32 ``.npy``:
 from Python (``NpyBatches`` + ``run_passes``) against ``train.py`` with a
 ``data.memory_budget`` below the file's size (streamed) and above it (loaded).
+With ``--format csv`` (or ``tsv``, ``parquet``) the data are a table instead: ``d``
+numeric columns with empty cells (``data.missing: mean``), a text category
+(``data.categorical``) and labels {1, 2}, and ``train.py`` streamed is compared with
+``train.py`` loaded (there is no Python path for a text table).
 
 Each fit runs in its own process, which reports its own peak RSS (``VmHWM`` of
 ``/proc/self/status``, the interpreter and its imports included; not
@@ -9,9 +13,11 @@ inherits from its parent)::
 
     python bench/cli_memory.py --rows 2000000 --cols 50
     python bench/cli_memory.py --rows 200000 --cols 50 --skip-loaded   # a smaller check
+    python bench/cli_memory.py --format csv --rows 1000000 --cols 20
 
-Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the Python
-path, and writes them to ``bench/results/cli_memory.json``.
+Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the first
+path (the Python path; ``train.py`` streamed for a table), and writes them to
+``bench/results/cli_memory.json`` (``.npy``) or ``cli_memory_<format>.json`` (a table).
 """
 
 from __future__ import annotations
@@ -74,6 +80,10 @@ trainer:
   max_epochs: 20
 """
 
+TABLE_CONFIG = CONFIG.replace(
+    "  source: {source}\n", "  source: {source}\n  target: label\n  categorical: [site]\n  missing: mean\n"
+)
+
 
 def _run(code: str, *args: str) -> tuple[float, float, str]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -90,42 +100,92 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
     parser.add_argument("--cols", type=int, default=50)
+    parser.add_argument("--format", choices=["npy", "csv", "tsv", "parquet"], default="npy")
     parser.add_argument("--skip-loaded", action="store_true", help="skip the in-memory train.py run")
     args = parser.parse_args()
-    n, d = args.rows, args.cols
+    n, d, fmt = args.rows, args.cols, args.format
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         # written by another process, so this one stays small
-        subprocess.run([sys.executable, __file__, "--write", str(tmp), str(n), str(d)], check=True)
-        size = (tmp / "xy.npy").stat().st_size
+        subprocess.run([sys.executable, __file__, "--write", str(tmp), str(n), str(d), fmt], check=True)
+        source = tmp / ("xy.npy" if fmt == "npy" else f"table.{fmt}")
+        size = _file_bytes(source)
         rows = {}
-        rows["python (NpyBatches + run_passes)"] = _run(
-            PYTHON_PATH, str(tmp / "x.npy"), str(tmp / "y.npy"), str(d)
-        )
+        if fmt == "npy":
+            rows["python (NpyBatches + run_passes)"] = _run(
+                PYTHON_PATH, str(tmp / "x.npy"), str(tmp / "y.npy"), str(d)
+            )
         budgets = {"train.py streamed": size // 2}
         if not args.skip_loaded:
             budgets["train.py loaded"] = size * 2
         for name, budget in budgets.items():
             cfg = tmp / f"{budget}.yaml"
-            cfg.write_text(CONFIG.format(source=tmp / "xy.npy", budget=budget))
+            cfg.write_text((CONFIG if fmt == "npy" else TABLE_CONFIG).format(source=source, budget=budget))
             rows[name] = _run(CLI_PATH, "--config", str(cfg), "--run_dir", str(tmp / f"run_{budget}"))
             metrics = json.loads((tmp / f"run_{budget}" / "metrics.json").read_text())
             assert metrics["fit"]["converged"], metrics["fit"]
-        base = rows["python (NpyBatches + run_passes)"][0]
-        print(f"{n} x {d} float32 .npy ({size / 1e6:.0f} MB)")
+            assert bool(metrics["data"].get("streamed")) == (name == "train.py streamed"), metrics["data"]
+        base = next(iter(rows.values()))[0]
+        what = f"{n} x {d} float32 .npy" if fmt == "npy" else f"{n} x ({d} numeric + category + label) .{fmt}"
+        print(f"{what} ({source.stat().st_size / 1e6:.0f} MB on disk, {size / 1e6:.0f} MB of values)")
         for name, (mb, seconds, first) in rows.items():
             print(f"{name:<34} peak RSS {mb:8.0f} MB  {seconds:7.1f} s  x{mb / base:.2f}  ({first})")
-        out = ROOT / "bench" / "results" / "cli_memory.json"
-        out.parent.mkdir(exist_ok=True)
         result = {
+            "data": what,
             "rows": n,
             "cols": d,
+            "file_mb": source.stat().st_size / 1e6,
             "load": os.getloadavg(),
-            "paths": {
+            "threads": os.environ.get("OMP_NUM_THREADS", "1"),
+            "runs": {
                 k: {"peak_rss_mb": mb, "seconds": s, "ratio": mb / base} for k, (mb, s, _) in rows.items()
             },
         }
-        out.write_text(json.dumps(result, indent=1) + "\n")
+        out = ROOT / "bench" / "results" / ("cli_memory.json" if fmt == "npy" else f"cli_memory_{fmt}.json")
+        out.parent.mkdir(exist_ok=True)
+        out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _file_bytes(path: Path) -> int:
+    sys.path.insert(0, str(ROOT))
+    from torchglm.data.out_of_core import file_bytes
+
+    return file_bytes(path)
+
+
+def write_table(tmp: Path, n: int, d: int, fmt: str) -> None:
+    """table.<fmt>: d numeric columns (every 29th cell of each empty), a category
+    ``site`` of four levels and a label in {1, 2} of a logistic model, written a
+    block of rows at a time."""
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=d) / np.sqrt(d)
+    path = tmp / f"table.{fmt}"
+    writer = None
+    with open(path, "w", encoding="utf-8") if fmt != "parquet" else open(os.devnull) as fh:
+        for i in range(0, n, 100_000):
+            m = min(100_000, n - i)
+            x = rng.normal(size=(m, d))
+            site = rng.choice(np.array(["north", "south", "east", "west"]), size=m)
+            eta = x @ w + 0.5 * (site == "east")
+            frame = pd.DataFrame({f"x{j}": x[:, j] for j in range(d)})
+            for j in range(d):
+                frame.iloc[(np.arange(m) + j) % 29 == 0, j] = np.nan
+            frame["site"] = site
+            frame["label"] = np.where(rng.random(m) < 1 / (1 + np.exp(-eta)), 2, 1)
+            if fmt == "parquet":
+                import pyarrow as pa
+                import pyarrow.parquet as pq
+
+                table = pa.Table.from_pandas(frame, preserve_index=False)
+                writer = writer or pq.ParquetWriter(path, table.schema)
+                writer.write_table(table)
+            else:
+                sep = "\t" if fmt == "tsv" else ","
+                frame.to_csv(fh, sep=sep, index=False, header=i == 0, float_format="%.6g", na_rep="")
+    if writer is not None:
+        writer.close()
 
 
 def write(tmp: Path, n: int, d: int) -> None:
@@ -145,6 +205,9 @@ def write(tmp: Path, n: int, d: int) -> None:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--write"]:
-        write(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        if sys.argv[5] == "npy":
+            write(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        else:
+            write_table(Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5])
     else:
         main()

@@ -351,6 +351,7 @@ def main() -> None:
     import logging
 
     logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    load_start = os.getloadavg()
     x, y, n_total = make_data(getattr(torch, args.dtype))
     x_train, y_train = x[:N_TRAIN], y[:N_TRAIN]
 
@@ -395,6 +396,12 @@ def main() -> None:
     for name, (wall, cpu) in results.items():
         print(f"{name:<72}{wall:>9.4f}{wall / ref[0]:>11.2f}{cpu:>9.4f}{cpu / ref[1]:>11.2f}")
     print(f"Trainer start-up (Trainer() to first batch, once): {startup:.3f} s")
+    sk = results["sklearn SGDClassifier(log_loss), 1 epoch"]
+    blocks = results[f"torchglm Lightning, blocks of {k} steps (TensorBoard, no progress bar)"]
+    print(
+        f"torchglm blocks of {k} / SGDClassifier: wall {blocks[0] / sk[0]:.2f}x, CPU {blocks[1] / sk[1]:.2f}x "
+        f"(load average {load_start[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end)"
+    )
     out = {
         "config": {
             "n_train": N_TRAIN,
@@ -411,7 +418,10 @@ def main() -> None:
         "cpu_seconds_per_epoch": {k: v[1] for k, v in results.items()},
         "wall_ratio_to_slicing_loop": {k: v[0] / ref[0] for k, v in results.items()},
         "cpu_ratio_to_slicing_loop": {k: v[1] / ref[1] for k, v in results.items()},
+        "wall_ratio_to_sklearn": {k: v[0] / sk[0] for k, v in results.items()},
+        "cpu_ratio_to_sklearn": {k: v[1] / sk[1] for k, v in results.items()},
         "trainer_startup_seconds": startup,
+        "load_average_1min": {"start": load_start[0], "end": os.getloadavg()[0]},
     }
     if args.profile:
         out["profile_top_self_time"] = profile_torchglm_steps(x, y, n_total, args.profile_steps_per_block)

@@ -2,9 +2,15 @@
 GLM examples prepare them, with the (dataset, family, link) cases fitted against
 statsmodels; scikit-learn's breast cancer data, standardized; data drawn from a GLM of
 any (family, link) pair, the categorical included (which
-``torchglm.data.simulate.simulate_glm`` does not draw); and Gaussian classes with
-well-separated means and unequal feature scales, and Poisson counts per class, for the
-generative classifiers."""
+``torchglm.data.simulate.simulate_glm`` does not draw); binary labels from a logistic or
+probit model, or from a noisy threshold, on Gaussian features; Gaussian features with
+labels unrelated to them; and Gaussian classes with well-separated means and unequal
+feature scales, Poisson counts and Bernoulli bits per class, for the generative
+classifiers.
+
+The torch helpers draw from one ``torch.Generator`` seeded with ``seed``, in the order
+their docstrings give, so a test's data are fixed by its arguments alone; the exception
+is ``simulate``'s Gamma and exponential responses, drawn from torch's global generator."""
 
 import warnings
 
@@ -173,3 +179,61 @@ def poisson_counts(n=300, d=6, k=3, seed=0):
     y = torch.arange(n) % k
     rates = 0.5 + 3 * torch.rand(k, d, generator=g, dtype=torch.float64)
     return torch.poisson(rates[y], generator=g), y
+
+
+def _design(n, d, seed):
+    """The generator seeded with ``seed``, and ``x ~ N(0, I)`` (n, d) float64 its first draws."""
+    g = torch.Generator().manual_seed(seed)
+    return g, torch.randn(n, d, generator=g, dtype=torch.float64)
+
+
+def gaussian_design(n, d, seed=0):
+    """``x ~ N(0, I)`` (n, d) float64: the features of every helper below, alone."""
+    return _design(n, d, seed)[1]
+
+
+def _coef(coef, d):
+    """``coef`` padded with zeros to ``d`` entries (the features it leaves out do not act)."""
+    if len(coef) > d:
+        raise ValueError(f"{len(coef)} coefficients for {d} features")
+    return torch.tensor(tuple(coef) + (0.0,) * (d - len(coef)), dtype=torch.float64)
+
+
+def bernoulli_data(n, d, coef, intercept=0.0, seed=0, link="logit", draw="uniform"):
+    """``x ~ N(0, I)`` (n, d) and ``y ~ Bernoulli(F(x w + b))`` (n,) as float64 0/1, with
+    ``F`` the logistic (``link="logit"``) or standard normal (``"probit"``) cdf, ``w`` the
+    ``coef`` padded with zeros to ``d``, ``b`` the intercept.
+
+    Drawn in the order ``x``, then ``y``: one uniform per row, ``y = 1[u < F]``
+    (``draw="uniform"``), or ``torch.bernoulli(F)`` (``draw="bernoulli"``)."""
+    g, x = _design(n, d, seed)
+    eta = x @ _coef(coef, d) + intercept
+    mu = torch.sigmoid(eta) if link == "logit" else torch.special.ndtr(eta)
+    if draw == "bernoulli":
+        return x, torch.bernoulli(mu, generator=g)
+    return x, (torch.rand(n, generator=g, dtype=torch.float64) < mu).to(torch.float64)
+
+
+def threshold_data(n, d, coef, noise=0.5, seed=0):
+    """``x ~ N(0, I)`` (n, d) and ``y = 1[x w + noise e > 0]`` (n,) as float64 0/1,
+    ``e ~ N(0, 1)``: a probit model with slope ``w / noise``, ``w`` the ``coef`` padded
+    with zeros to ``d``. Drawn in the order ``x``, ``e``."""
+    g, x = _design(n, d, seed)
+    e = torch.randn(n, generator=g, dtype=torch.float64)
+    return x, (x @ _coef(coef, d) + noise * e > 0).to(torch.float64)
+
+
+def random_labels(n, d, k=2, seed=0):
+    """``x ~ N(0, I)`` (n, d) and labels ``y`` (n,) long, uniform on ``0 .. k-1`` and
+    independent of ``x``: for ``n >> d`` the classes overlap, so the MLE exists. Drawn
+    ``x``, ``y``."""
+    g, x = _design(n, d, seed)
+    return x, torch.randint(0, k, (n,), generator=g)
+
+
+def bernoulli_classes(n=300, d=6, k=3, seed=0):
+    """``n`` binary vectors of ``k`` classes in turn, ``x_j ~ Bernoulli(p_yj)``, ``p`` in (0.1, 0.9)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.arange(n) % k
+    p = 0.1 + 0.8 * torch.rand(k, d, generator=g, dtype=torch.float64)
+    return torch.bernoulli(p[y], generator=g), y

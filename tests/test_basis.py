@@ -16,6 +16,8 @@ from torchglm import InputError, LogisticRegression, NotFittedError
 from torchglm.basis import BASES, GaussianRBF, Polynomial, Sigmoidal, get_basis, kmeans
 from torchglm.solvers import fit
 
+from data_util import gaussian_design
+
 # One data-dependent configuration per registered basis (the registry drives the tests).
 CONFIGS = {
     "rbf": [
@@ -29,10 +31,6 @@ CONFIGS = {
 CASES = [(name, kw) for name in BASES for kw in CONFIGS[name]]
 
 
-def _x(n=60, d=2, seed=0):
-    return torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
-
-
 def test_every_registered_basis_has_a_config():
     assert set(CONFIGS) == set(BASES)
 
@@ -42,20 +40,20 @@ def test_out_features_matches_forward_width(name, kw):
     for d in (1, 2, 3):
         basis = get_basis(name, **kw)
         n_out = basis.out_features(d)  # known before fitting
-        x = _x(40, d)
+        x = gaussian_design(40, d)
         assert basis.fit(x)(x).shape == (40, n_out)
 
 
 @pytest.mark.parametrize("name,kw", CASES)
 def test_fit_is_deterministic(name, kw):
-    x = _x()
+    x = gaussian_design(60, 2)
     a = get_basis(name, **kw).fit(x)
     b = get_basis(name, **kw).fit(x)
     assert torch.equal(a(x), b(x))
 
 
 def test_kmeans_seed_changes_the_initialization_but_not_a_clear_optimum():
-    x = _x(200)
+    x = gaussian_design(200, 2)
     c0, _ = kmeans(x, 9, seed=0)
     c1, _ = kmeans(x, 9, seed=1)
     assert not torch.equal(c0, c1)  # unstructured data: different local optima
@@ -67,7 +65,7 @@ def test_kmeans_seed_changes_the_initialization_but_not_a_clear_optimum():
 
 @pytest.mark.parametrize("name,kw", CASES)
 def test_state_dict_round_trip_into_a_fresh_module(name, kw):
-    x = _x()
+    x = gaussian_design(60, 2)
     fitted = get_basis(name, **kw).fit(x)
     buf = io.BytesIO()
     torch.save(fitted.state_dict(), buf)
@@ -75,10 +73,10 @@ def test_state_dict_round_trip_into_a_fresh_module(name, kw):
     fresh = get_basis(name, **kw)  # unfitted: empty placeholders for centers/widths
     fresh.load_state_dict(torch.load(buf))
     assert fresh.is_fitted
-    x_new = _x(25, seed=9)
+    x_new = gaussian_design(25, 2, seed=9)
     assert torch.equal(fresh(x_new), fitted(x_new))
     with pytest.raises(InputError, match="2 columns"):  # the loaded module remembers d
-        fresh(_x(5, d=3))
+        fresh(gaussian_design(5, 3))
 
 
 @pytest.mark.parametrize("name,kw", CASES)
@@ -87,7 +85,7 @@ def test_fit_and_transform_follow_the_data_under_a_default_device_context(name, 
     # `with torch.device(...)`; on a GPU run a CPU generator draw without an explicit
     # device failed there. A "meta" default device exposes any tensor created
     # without following the data.
-    x = _x()
+    x = gaussian_design(60, 2)
     ref = get_basis(name, **kw).fit(x)(x)
     basis = get_basis(name, **kw)
     with torch.device("meta"):
@@ -98,9 +96,9 @@ def test_fit_and_transform_follow_the_data_under_a_default_device_context(name, 
 
 def test_unfitted_data_dependent_basis_refuses_to_transform():
     with pytest.raises(NotFittedError):
-        GaussianRBF(3)(_x())
+        GaussianRBF(3)(gaussian_design(60, 2))
     with pytest.raises(NotFittedError):
-        Sigmoidal(3)(_x())
+        Sigmoidal(3)(gaussian_design(60, 2))
 
 
 def test_wrong_inputs_name_the_argument():
@@ -111,11 +109,11 @@ def test_wrong_inputs_name_the_argument():
     with pytest.raises(InputError, match="width"):
         GaussianRBF(centers=[[0.0, 0.0], [1.0, 1.0]], width=[1.0, 2.0, 3.0])
     with pytest.raises(InputError, match="n_clusters"):
-        GaussianRBF(100).fit(_x(10))
+        GaussianRBF(100).fit(gaussian_design(10, 2))
     with pytest.raises(InputError, match="degree"):
         Polynomial(0)
     with pytest.raises(InputError, match="x"):
-        GaussianRBF(3).fit(_x())(_x(5, d=3))
+        GaussianRBF(3).fit(gaussian_design(60, 2))(gaussian_design(5, 3))
     with pytest.raises(InputError, match="basis"):
         get_basis("fourier")
 
@@ -128,7 +126,7 @@ def test_wrong_inputs_name_the_argument():
 @pytest.mark.parametrize("interaction_only", [False, True])
 @pytest.mark.parametrize("include_bias", [False, True])
 def test_polynomial_matches_sklearn_column_for_column(n_in, degree, interaction_only, include_bias):
-    x = _x(30, n_in, seed=1)
+    x = gaussian_design(30, n_in, seed=1)
     ref = PolynomialFeatures(degree, interaction_only=interaction_only, include_bias=include_bias).fit(
         x.numpy()
     )
@@ -142,14 +140,14 @@ def test_polynomial_matches_sklearn_column_for_column(n_in, degree, interaction_
 def test_rbf_given_centers_closed_form():
     c = np.array([[0.0, 0.0], [1.0, -1.0], [2.0, 0.5]])
     s = np.array([0.5, 1.0, 2.0])
-    x = _x(20)
+    x = gaussian_design(20, 2)
     got = GaussianRBF(centers=c.tolist(), width=s.tolist())(x).numpy()
     d2 = ((x.numpy()[:, None, :] - c[None]) ** 2).sum(-1)
     np.testing.assert_allclose(got, np.exp(-d2 / (2 * s**2)), rtol=1e-13)
 
 
 def test_rbf_default_widths_are_nearest_center_distances():
-    x = _x(100)
+    x = gaussian_design(100, 2)
     per = GaussianRBF(6, seed=0, per_center=True).fit(x)
     shared = GaussianRBF(6, seed=0).fit(x)
     c = per.centers.numpy()
@@ -159,7 +157,7 @@ def test_rbf_default_widths_are_nearest_center_distances():
 
 
 def test_rbf_grid_centers_span_the_training_range():
-    x = _x(50)
+    x = gaussian_design(50, 2)
     rbf = GaussianRBF(3, centers="grid").fit(x)
     lo, hi = x.min(0).values.numpy(), x.max(0).values.numpy()
     axes = [np.linspace(lo[i], hi[i], 3) for i in range(2)]
@@ -179,7 +177,7 @@ def test_kmeans_matches_sklearn_on_separated_blobs():
 
 def test_sigmoidal_closed_form():
     loc = [[-1.0, 0.0, 1.0], [0.0, 2.0, 4.0]]
-    x = _x(10)
+    x = gaussian_design(10, 2)
     got = Sigmoidal(centers=loc)(x).numpy()  # scale = center spacing: 1 and 2
     xs = x.numpy()
     ref = np.concatenate(

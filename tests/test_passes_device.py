@@ -11,6 +11,10 @@
   once, in ``finish``.
 * Every solver and model runs on every available device with the CPU's result
   (``cuda`` is skipped where there is none).
+* A fitter made before the model moves (Lightning restores a resumed run's weights
+  and moves the model to its device and precision after the task has made it) begins
+  its fit, by ``Fitter.restart_from(model)``, where the model then is: the same fit,
+  bit for bit, as a fitter made then.
 """
 
 from __future__ import annotations
@@ -23,9 +27,11 @@ from torch.profiler import ProfilerActivity, profile
 
 import torchglm.solvers.products as P
 from autograd_ref import assert_verified_optimum
+from data_util import bernoulli_data, random_labels
 from torchglm.data.batches import TensorBatches
 from torchglm.models import GeneralizedLinearModel
-from torchglm.solvers import SOLVERS, fit
+from torchglm.passes import run_passes
+from torchglm.solvers import DIRECT_SOLVERS, SOLVERS, fit, flat_parameters, make_fitter, set_flat_parameters
 from torchglm.solvers.pass_sums import PassSums
 from devices import DEVICES
 
@@ -43,14 +49,11 @@ MATMULS = {
 SYNCS = {"aten::item", "aten::_local_scalar_dense"}
 
 
-def _data(n, d, K=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    if K is None:
-        y = (torch.rand(n, generator=g, dtype=torch.float64) < torch.sigmoid(x[:, 0] - x[:, 1])).long()
-    else:
-        y = torch.randint(0, K, (n,), generator=g)
-    return x, y
+def _data(n, d, K=None):
+    if K is not None:
+        return random_labels(n, d, k=K)
+    x, y = bernoulli_data(n, d, (1.0, -1.0))
+    return x, y.long()
 
 
 def _model(d, K=None):
@@ -163,3 +166,60 @@ def test_every_solver_and_model_on_every_device(device, solver, family, link, K)
         assert r.converged == r_cpu.converged
         if r.converged:
             torch.testing.assert_close(m.coef.cpu(), ref.coef, rtol=1e-6, atol=1e-7)
+
+
+def _restart_case(solver):
+    """A model (float32, on the CPU, at zero), its data, and the options of ``solver``."""
+    cls = SOLVERS.get(solver) or DIRECT_SOLVERS[solver]
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(150, 3, generator=g, dtype=torch.float64)
+    eta = x @ torch.tensor([1.0, -0.5, 0.25], dtype=torch.float64)
+    if solver == "qr":
+        model = GeneralizedLinearModel(3, "gaussian", l2=1e-2)
+        y = eta + torch.randn(150, generator=g, dtype=torch.float64)
+    else:
+        model = GeneralizedLinearModel(3, "bernoulli", "logit", l2=1e-2)
+        y = (torch.rand(150, generator=g, dtype=torch.float64) < torch.sigmoid(eta)).double()
+    options = {} if cls.budget_max_iter is None else {"max_iter": cls.budget_max_iter}
+    return model, x, y, options
+
+
+def _moved(model, device):
+    """What Lightning does to the task's model between ``build()`` and
+    ``configure_optimizers``: a resumed run's weights (here a point off zero), its
+    device and its precision (here float64)."""
+    model.to(device, torch.float64)
+    set_flat_parameters(model, torch.tensor([0.3, -0.2, 0.1, 0.05], dtype=torch.float64, device=device))
+    return model
+
+
+def _fit(fitter, x, y, device):
+    batches = TensorBatches(x.to(device), y.to(device), batch_size=64)
+    return run_passes(fitter, batches, 50 * fitter.max_iter + 10)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("solver", sorted(SOLVERS) + sorted(DIRECT_SOLVERS))
+def test_restart_from_begins_the_fit_where_the_model_now_is(device, solver):
+    """Every fitter of the registries: made on the initial model, then restarted from
+    the moved one, it fits as a fitter made from the moved model does (its start, dtype
+    and device are read at the restart, none kept from when it was made); and
+    restarted again after that fit, it forgets the fit's record and the solver's
+    memory (L-BFGS pairs, the coordinate, the last step) and fits the same again."""
+    model, x, y, options = _restart_case(solver)
+    fitter = make_fitter(model, solver, **options)
+    start = flat_parameters(_moved(model, device), torch.float64)
+
+    want_model, *_ = _restart_case(solver)
+    want_fitter = make_fitter(_moved(want_model, device), solver, **options)
+    want = _fit(want_fitter, x, y, device)
+    want_theta = flat_parameters(want_model, torch.float64)
+
+    for _ in range(2):
+        set_flat_parameters(model, start)
+        fitter.restart_from(model)
+        assert fitter.theta.device == start.device and fitter.dtype == want_fitter.dtype
+        got = _fit(fitter, x, y, device)
+        assert got.converged and got.n_iter == want.n_iter, (got.message, want.message)
+        assert [h["loss"] for h in got.history] == [h["loss"] for h in want.history]
+        assert torch.equal(flat_parameters(model, torch.float64), want_theta)

@@ -12,11 +12,11 @@ from torchglm.solvers import flat_parameters
 from torchglm.solvers.layout import penalty_mask
 from torchglm.solvers.pass_sums import PassSums
 
+from data_util import bernoulli_data
 
-def _data(n=80, d=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    y = torch.bernoulli(torch.sigmoid(x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)), generator=g)
+
+def _data():
+    x, y = bernoulli_data(80, 3, (1.0, -2.0, 0.5), draw="bernoulli")
     return x, y.long()
 
 

@@ -196,6 +196,17 @@ class Family:
         """Boolean mask of the eta values whose mean lies in the family's domain."""
         return self._valid_mean(self.mean(eta))
 
+    def strictly_separated(self, eta_dir: torch.Tensor, y: torch.Tensor) -> torch.Tensor | None:
+        """Per sample, whether its NLL falls strictly along a direction of the coefficients
+        whose linear predictor (bias included, offset not) is ``eta_dir``: shape (n,), or
+        ``None`` where the family proves no separation this way.
+
+        When it holds for every sample of positive weight, ``E(theta + t d)`` falls
+        strictly in ``t`` from every ``theta``, so no minimizer exists: complete
+        separation (Albert & Anderson, Biometrika 1984), proven by ``d`` itself.
+        """
+        return None
+
     def interior_mean(self, mu: torch.Tensor) -> torch.Tensor:
         """Whether ``mu`` lies inside the open mean space (a probability in ``(0, 1)``,
         a count's mean ``> 0``). The intercept-only MLE is ``mu = ybar``: where the
@@ -410,6 +421,14 @@ class _Binary(Family):
     def interior_mean(self, mu):
         return (mu > 0) & (mu < 1)
 
+    def strictly_separated(self, eta_dir, y):
+        # mu = F(eta) with F an increasing map of the whole line onto (0, 1) (the closed
+        # links): -log F(eta) falls as eta rises for y = 1, -log(1 - F(eta)) as it falls
+        # for y = 0; a proportion strictly between 0 and 1 has a finite best eta.
+        if self.link.name not in self._closed_links:
+            return None
+        return ((y == 1) & (eta_dir > 0)) | ((y == 0) & (eta_dir < 0))
+
     def saturated_nll(self, y):
         return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))
 
@@ -533,6 +552,14 @@ class Categorical(Family):
         if order == 1:
             return nll, d1
         return nll, d1, torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
+
+    def strictly_separated(self, eta_dir, y):
+        # -log softmax(eta)_y falls along d where d's eta of the observed class exceeds
+        # every other class's (each term log(1 + sum_k e^{eta_k - eta_y}) shrinks).
+        yi = y.long().unsqueeze(-1)
+        own = eta_dir.gather(-1, yi).squeeze(-1)
+        others = eta_dir.scatter(-1, yi, float("-inf")).amax(-1)
+        return own > others
 
     def saturated_nll(self, y):
         return torch.zeros(y.shape, dtype=torch.get_default_dtype(), device=y.device)

@@ -273,7 +273,16 @@ class FitResult:
 
 
 class Fitter:
-    """Base class of pass-based fitters. Subclasses override the three hooks."""
+    """Base class of pass-based fitters. Subclasses override the three pass hooks and
+    :meth:`begin`.
+
+    A fitter is made once per fit: ``__init__`` checks and keeps the options, then
+    :meth:`restart_from` the model. Everything a fitter reads from the model (the
+    start point, the dtype it follows, the device its state lives on) is read in
+    :meth:`begin`, the one place, so that :meth:`restart_from` can begin the fit again
+    from the model as it is later (moved, cast or given other weights) without making
+    a second fitter.
+    """
 
     #: set by end_pass when the fit is over (converged, failed or out of iterations).
     done: bool = False
@@ -318,6 +327,35 @@ class Fitter:
             ``{}`` here: a fitter that knows no stages runs every stage alike.
         """
         return {}
+
+    def restart_from(self, model: LinearModel) -> None:
+        """Begin the fit afresh from ``model`` as it is now, with the options this fitter
+        was made with (checked once, then): its parameters are the start, and the fit's
+        state takes their device and, unless an option or the solver fixes one, their
+        dtype (:meth:`compute_dtype`). The record of the fit so far (:attr:`result`,
+        ``done``) and the solver's memory (e.g. L-BFGS pairs) are dropped; a resumed fit
+        then loads its own (``result``, ``load_state_dict``).
+
+        A driver that makes the fitter early, to check the solver and its options
+        before anything is written, calls this when the fit starts: Lightning restores
+        a resumed run's weights and moves the model to its device and precision in
+        between.
+
+        Args:
+            model: the model to fit (the one the fitter was made for, as it is now).
+
+        Raises:
+            NotImplementedError: a fitter without :meth:`begin`.
+        """
+        self.model = model
+        self.done = False
+        self.begin()
+
+    def begin(self) -> None:
+        """Set the fit's state from ``self.model`` (start point, dtype, device, an empty
+        :attr:`result`): the one place a fitter reads them (:meth:`restart_from`, which
+        ``__init__`` calls after checking the options)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot begin a fit again: it defines no begin()")
 
     def start_pass(self) -> None:
         raise NotImplementedError

@@ -210,7 +210,7 @@ def test_the_bayesian_api_does_not_import_lightning():
 LAYERS = [
     ("validation", ["torchglm._validation"]),
     ("math", ["torchglm.links", "torchglm.families", "torchglm.penalty"]),
-    ("passes", ["torchglm.passes", "torchglm.distributed"]),
+    ("passes", ["torchglm.passes", "torchglm.distributed", "torchglm.threads"]),
     ("data", ["torchglm.data", "torchglm.text"]),
     ("solvers", ["torchglm.solvers"]),
     ("models", ["torchglm.models", "torchglm.basis"]),

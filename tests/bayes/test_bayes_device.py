@@ -13,21 +13,13 @@ from torchglm.bayes import (
     predictive,
     variational_posterior,
 )
+from data_util import bernoulli_data
 from devices import DEVICES
 
 
-def _data():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 3, generator=g, dtype=torch.float64)
-    y = (
-        torch.rand(300, generator=g, dtype=torch.float64)
-        < torch.sigmoid(x @ torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64))
-    ).long()
-    return x, y
-
-
 def _run(device: str) -> dict:
-    x, y = _data()
+    x, y = bernoulli_data(300, 3, (1.0, -2.0, 0.5))
+    y = y.long()
     xd, yd = x.to(device), y.to(device)
     prior = GaussianPrior(variance=4.0)
     lap = laplace_posterior(LogisticRegression(3, dtype=torch.float64).to(device), (xd, yd), prior)

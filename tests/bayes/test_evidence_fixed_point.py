@@ -11,14 +11,13 @@ from torchglm import LogisticRegression, SoftmaxRegression
 from torchglm._validation import ConvergenceWarning, InputError
 from torchglm.bayes import GaussianPrior, evidence_curve, evidence_fixed_point, laplace_posterior
 
+from data_util import bernoulli_data
+
 D64 = torch.float64
 
 
-def _data(n, seed=0, w=(1.5, -1.0, 0.0), b=0.3):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, len(w), generator=g, dtype=D64)
-    y = (torch.rand(n, generator=g, dtype=D64) < torch.sigmoid(x @ torch.tensor(w, dtype=D64) + b)).to(D64)
-    return x, y
+def _data(n, seed=0):
+    return bernoulli_data(n, 3, (1.5, -1.0, 0.0), 0.3, seed=seed)
 
 
 def test_gamma_is_the_sum_over_data_hessian_eigenvalues():

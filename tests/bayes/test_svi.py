@@ -27,6 +27,8 @@ from torchglm.bayes import (
 )
 from torchglm.data.batches import TensorBatches
 
+from data_util import bernoulli_data
+
 D64 = torch.float64
 PRIOR = GaussianPrior(4.0)  # flat bias prior, as the library's objective
 
@@ -38,15 +40,14 @@ def _data(kind, n=200, seed=0):
     """d = 2. The binary problems have effects large enough that the posterior is
     visibly skewed (its mean lies beyond the Laplace mode), so "close to NUTS" is not
     "close to Laplace"."""
+    if kind == "logistic":
+        return bernoulli_data(n, 2, (1.0, -0.7), 0.3, seed=seed)
+    if kind == "probit":
+        return bernoulli_data(n, 2, (2.0, -1.5), 0.3, seed=seed, link="probit")
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, 2, generator=g, dtype=D64)
-    if kind == "softmax":
-        W = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-1.5, -1.5]], dtype=D64)
-        return x, torch.multinomial(torch.softmax(x @ W.T, 1), 1, generator=g).squeeze(1)
-    w = torch.tensor([1.0, -0.7] if kind == "logistic" else [2.0, -1.5], dtype=D64)
-    eta = x @ w + 0.3
-    p = torch.sigmoid(eta) if kind == "logistic" else torch.special.ndtr(eta)
-    return x, (torch.rand(n, generator=g, dtype=D64) < p).to(D64)
+    W = torch.tensor([[2.0, 0.0], [0.0, 2.0], [-1.5, -1.5]], dtype=D64)
+    return x, torch.multinomial(torch.softmax(x @ W.T, 1), 1, generator=g).squeeze(1)
 
 
 def _model(kind):

@@ -26,15 +26,13 @@ from torchglm.bayes import (
 )
 from torchglm.data.batches import TensorBatches
 
+from data_util import bernoulli_data
+
 D64 = torch.float64
 
 
 def _data(n=200, d=2, seed=0, w=(1.5, -1.0), b=0.3):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=D64)
-    eta = x @ torch.tensor(w[:d], dtype=D64) + b
-    y = (torch.rand(n, generator=g, dtype=D64) < torch.sigmoid(eta)).to(D64)
-    return x, y
+    return bernoulli_data(n, d, w[:d], b, seed=seed)
 
 
 def test_jj_lambda_is_the_closed_form():

@@ -123,7 +123,9 @@ def test_sparse_rows_products_equal_dense_and_the_transpose_is_built_once(layout
 
 
 def test_sparse_fit_keeps_its_transposes_for_the_fit():
-    """An L-BFGS fit over a CSR design builds each batch's transpose once."""
+    """An L-BFGS fit over a CSR design builds each batch's scipy view once (on a CPU
+    the products back onto x are scipy's CSR-transpose products: no copy of x^T is
+    sorted or kept), not per pass."""
     import torchglm.solvers.sparse_rows as D
 
     g = torch.Generator().manual_seed(4)
@@ -133,24 +135,52 @@ def test_sparse_fit_keeps_its_transposes_for_the_fit():
         torch.rand(2000, generator=g)
         < torch.sigmoid(dense @ torch.randn(60, generator=g, dtype=torch.float64))
     ).long()
-    calls = []
-    orig = D.torch.argsort
+    calls, views = [], []
+    orig, orig_view = D.torch.argsort, D.SparseRows.scipy_view
 
     def counting(*a, **k):
         calls.append(1)
         return orig(*a, **k)
 
+    def watched(self, dtype):
+        view = orig_view(self, dtype)
+        views.append(id(view))
+        assert "t" not in self.entry
+        return view
+
     D.torch.argsort = counting
+    D.SparseRows.scipy_view = watched
     try:
         m = LogisticRegression(60, l2=1e-3, dtype=torch.float64)
         r = fit(m, dense.to_sparse_csr(), y, solver="lbfgs", batch_size=700)
     finally:
         D.torch.argsort = orig
+        D.SparseRows.scipy_view = orig_view
     assert r.converged and r.extra["passes"] > 5
-    assert len(calls) == 3  # one sort per batch (x^T; (x*x)^T shares its pattern), not per pass
+    assert calls == []  # no transpose sorted
+    assert len(views) > 3 * r.extra["passes"] // 2 and len(set(views)) == 3  # one view per batch
     md = LogisticRegression(60, l2=1e-3, dtype=torch.float64)
     fit(md, dense, y, solver="lbfgs", batch_size=700)
     torch.testing.assert_close(m.coef, md.coef, rtol=1e-8, atol=1e-9)
+
+
+@pytest.mark.parametrize("square", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_products_back_onto_sparse_rows_equal_dense(square, dtype):
+    """``r^T x`` and ``r^T (x * x)`` through scipy's view (CPU) and through the kept
+    transpose (the path off the CPU) equal the dense products, over several row blocks
+    of the squared product."""
+    from torchglm.solvers.sparse_rows import SparseRows
+
+    g = torch.Generator().manual_seed(6)
+    dense = torch.randn(3000, 700, generator=g, dtype=dtype)
+    dense[torch.rand(3000, 700, generator=g) < 0.4] = 0  # 1.26M stored: two row blocks
+    r = torch.randn(3000, 3, generator=g, dtype=dtype)
+    want = r.T @ (dense * dense if square else dense)
+    rows = SparseRows.of(dense.to_sparse_csr(), {}, dtype)
+    tol = dict(rtol=1e-5, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(rows.rt(r, square), want, **tol)
+    torch.testing.assert_close((rows.transposed(square) @ r).T, want, **tol)
 
 
 def test_the_transpose_cache_keeps_only_what_the_passes_use():
@@ -225,3 +255,97 @@ def test_a_float32_batch_of_a_float64_pass_is_cast_once():
             assert rows.csr.dtype == torch.float64
             seen.append((id(rows.csr), id(rows.transposed())))
     assert len(cache) == 2 and len(set(seen)) == 2
+
+
+def test_scipy_int32_indices_stay_int32_and_fit_like_dense():
+    """scipy's int32 CSR indices are kept at the boundary (no int64 copy: the sparse
+    products read half the index bytes), and the fit, its batches and MultinomialNB's
+    counts on them equal the dense ones."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from torchglm._validation import to_tensor
+
+    rng = np.random.default_rng(7)
+    dense = rng.random((500, 40)) * (rng.random((500, 40)) < 0.2)
+    y = (rng.random(500) < 0.5).astype(np.int64)
+    csr = sp.csr_matrix(dense)
+    assert csr.indices.dtype == np.int32
+    t = to_tensor("x", csr)
+    assert t.crow_indices().dtype == t.col_indices().dtype == torch.int32
+    wide = sp.csr_matrix(dense)
+    wide.indptr, wide.indices = wide.indptr.astype(np.int64), wide.indices.astype(np.int64)
+    assert to_tensor("x", wide).col_indices().dtype == torch.int64
+    m, md = (LogisticRegression(40, l2=1e-2, dtype=torch.float64) for _ in range(2))
+    assert fit(m, csr, y, solver="auto", batch_size=128).converged
+    fit(md, dense, y, solver="auto")
+    torch.testing.assert_close(m.coef, md.coef, rtol=1e-7, atol=1e-9)
+    nb, nbd = MultinomialNB(40, 2, dtype=torch.float64), MultinomialNB(40, 2, dtype=torch.float64)
+    nb.fit(csr, y)
+    nbd.fit(dense, y)
+    torch.testing.assert_close(nb.feature_count, nbd.feature_count, rtol=1e-12, atol=1e-12)
+
+
+def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
+    """``auto`` on a sparse design runs L-BFGS with 30 pairs, fewer (not under 10)
+    where the float64 pairs would take more bytes than the CSR (its passes, not its
+    directions, are what the fit pays for); a given ``memory`` and dense designs keep
+    theirs."""
+    from torchglm.solvers import api
+    from torchglm.solvers.gradient import LBFGSFitter
+
+    g = torch.Generator().manual_seed(8)
+    dense = torch.rand(3000, 200, generator=g, dtype=torch.float64)
+    dense[dense < 0.8] = 0  # about 120,000 stored: 1.9 MB of CSR against 16 * 201 bytes per pair
+    y = (torch.rand(3000, generator=g) < torch.sigmoid(dense.sum(1) - 20)).long()
+    assert api.sparse_lbfgs_memory(dense.to_sparse_csr(), 201) == 30
+    assert api.sparse_lbfgs_memory(dense[:30].to_sparse_csr(), 201) == 10  # about 1,200 stored
+    x = dense[:100].to_sparse_csr()  # about 4,000 stored: between the bounds
+    nbytes = 16 * x.values().numel() + 8 * 101
+    assert api.sparse_lbfgs_memory(x, 201) == nbytes // (16 * 201)
+    assert 10 < nbytes // (16 * 201) < 30
+    seen = []
+    init = LBFGSFitter.__init__
+
+    def recording(self, model, memory=10, **options):
+        seen.append(memory)
+        init(self, model, memory=memory, **options)
+
+    LBFGSFitter.__init__ = recording
+    try:
+        for x, options in [(dense.to_sparse_csr(), {}), (dense.to_sparse_csr(), {"memory": 5}), (dense, {})]:
+            m = LogisticRegression(200, l2=1e-3, dtype=torch.float64)
+            assert fit(m, x, y, solver="auto", **options).converged
+    finally:
+        LBFGSFitter.__init__ = init
+    assert seen == [30, 5, 10]
+
+
+def test_a_float32_csr_fit_in_float64_shares_its_index_arrays():
+    """The working-dtype copy of a CSR design casts only its values: the fit's
+    batches share the caller's index arrays (``Tensor.to`` copied them too)."""
+    from torchglm.solvers import api
+    from torchglm.solvers.sparse_rows import cast_values
+
+    g = torch.Generator().manual_seed(9)
+    dense = torch.rand(400, 30, generator=g)
+    dense[dense < 0.7] = 0
+    x = dense.to_sparse_csr()
+    wide = cast_values(x, torch.float64)
+    assert wide.dtype == torch.float64 and wide.col_indices().data_ptr() == x.col_indices().data_ptr()
+    assert wide.crow_indices().data_ptr() == x.crow_indices().data_ptr()
+    torch.testing.assert_close(wide.to_dense(), dense.double(), rtol=0, atol=0)
+    seen = []
+    batches = api.TensorBatches
+
+    def recording(xs, *a, **k):
+        seen.append(xs.col_indices().data_ptr())
+        return batches(xs, *a, **k)
+
+    api.TensorBatches = recording
+    try:
+        y = (torch.rand(400, generator=g) < 0.5).long()
+        assert fit(LogisticRegression(30, l2=1e-2, dtype=torch.float64), x, y).converged
+    finally:
+        api.TensorBatches = batches
+    assert seen == [x.col_indices().data_ptr()]

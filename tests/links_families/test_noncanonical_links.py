@@ -11,6 +11,7 @@ import statsmodels.api as sm
 import torch
 
 from torchglm import ConvergenceWarning, GeneralizedLinearModel, NumericalWarning
+from torchglm.data.simulate import sample_response
 from torchglm.families import FAMILIES
 from torchglm.inference import glm_results
 
@@ -35,19 +36,10 @@ def _simulate(family, link, n=500, seed=0):
     x = rng.uniform(0.0, 1.0, size=(n, 2))
     eta = lo + (hi - lo) * (0.6 * x[:, 0] + 0.4 * x[:, 1])
     mu = FAMILIES[family](link).mean(torch.as_tensor(eta)).numpy()
-    trials = None
-    if family == "gaussian":
-        y = mu + 0.3 * rng.standard_normal(n)
-    elif family == "exponential":
-        y = rng.exponential(mu)
-    elif family == "poisson":
-        y = rng.poisson(mu).astype(float)
-    elif family == "bernoulli":
-        y = rng.binomial(1, mu).astype(float)
-    else:  # binomial: proportions out of 1..10 trials
-        trials = rng.integers(1, 11, size=n).astype(float)
-        y = rng.binomial(trials.astype(int), mu) / trials
-    return x, y, trials
+    # Gaussian noise sd 0.3; binomial proportions out of 1..10 trials
+    phi = 0.09 if family == "gaussian" else None
+    y, trials = sample_response(family, mu, rng, dispersion=phi, max_trials=10)
+    return x, y.astype(float), trials
 
 
 def test_every_new_pair_is_allowed():

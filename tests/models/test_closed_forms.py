@@ -11,6 +11,8 @@ import torchglm
 from torchglm import InputError, LogisticRegression, ProbitRegression, SoftmaxRegression
 from torchglm.links import LINKS, get_link
 
+from data_util import random_labels
+
 
 _ETA = {  # a grid inside each link's domain
     "identity": torch.linspace(-3, 3, 13),
@@ -60,11 +62,8 @@ def test_invalid_link_for_family_lists_valid_ones():
         torchglm.get_family("nope")
 
 
-def _data(n=50, d=3, k=None, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    y = torch.randint(0, k or 2, (n,), generator=g)
-    return x, y
+def _data(k=2):
+    return random_labels(50, 3, k=k)
 
 
 def _randomize(model, seed=1):

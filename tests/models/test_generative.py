@@ -17,7 +17,7 @@ import torch
 from sklearn import datasets as skdata
 from sklearn import discriminant_analysis as skda
 
-from data_util import gaussian_classes, poisson_counts
+from data_util import bernoulli_classes, gaussian_classes, poisson_counts
 from torchglm import InputError, LogisticRegression, NotFittedError, NumericalWarning, SoftmaxRegression
 from torchglm.data.batches import Batch
 from torchglm.models import (
@@ -42,13 +42,6 @@ def _all_subclasses(cls):
     return out
 
 
-def _binary_data(n=300, d=6, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    p = 0.1 + 0.8 * torch.rand(k, d, generator=g)
-    return torch.bernoulli(p[y], generator=g), y
-
-
 #: one data maker per concrete generative classifier (a new model must add itself here).
 DATA = {
     GaussianDiscriminantAnalysis: gaussian_classes,
@@ -57,7 +50,7 @@ DATA = {
     GaussianNB: gaussian_classes,
     MultinomialNB: poisson_counts,
     PoissonNB: poisson_counts,
-    BernoulliNB: _binary_data,
+    BernoulliNB: bernoulli_classes,
 }
 MODELS = sorted(DATA, key=lambda c: c.__name__)
 LINEAR = [LinearDiscriminantAnalysis, MultinomialNB, BernoulliNB, PoissonNB]

@@ -32,7 +32,7 @@ from torchglm.models import (
 )
 from torchglm.passes import run_passes
 
-from data_util import gaussian_classes, poisson_counts
+from data_util import bernoulli_classes, gaussian_classes, poisson_counts
 from dist_util import run_distributed
 
 GAUSSIAN = [GaussianNB, LinearDiscriminantAnalysis, QuadraticDiscriminantAnalysis]
@@ -43,20 +43,13 @@ SKLEARN = {
 }
 
 
-def _binary(n=300, d=6, k=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    y = torch.arange(n) % k
-    p = 0.1 + 0.8 * torch.rand(k, d, generator=g, dtype=torch.float64)
-    return torch.bernoulli(p[y], generator=g), y
-
-
 DATA = {
     GaussianNB: gaussian_classes,
     LinearDiscriminantAnalysis: gaussian_classes,
     QuadraticDiscriminantAnalysis: gaussian_classes,
     MultinomialNB: poisson_counts,
     PoissonNB: poisson_counts,
-    BernoulliNB: _binary,
+    BernoulliNB: bernoulli_classes,
 }
 MODELS = sorted(DATA, key=lambda c: c.__name__)
 

@@ -23,14 +23,14 @@ from torchglm.inference import fit_glm
 from torchglm.links import LINKS
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import SOLVERS
+
+from data_util import threshold_data
 from torchglm.solvers.eta_derivatives import eta_derivatives
 
 
-def _data(n=60, d=3, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g)
-    y = (x[:, 0] + 0.5 * torch.randn(n, generator=g) > 0).long()
-    return x, y
+def _data(n=60, d=3):
+    x, y = threshold_data(n, d, (1.0,))
+    return x, y.long()
 
 
 def _fitted(cls=LogisticRegression, dtype=torch.float64):

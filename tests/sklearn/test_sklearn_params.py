@@ -117,6 +117,34 @@ def test_n_jobs_sets_torch_threads_during_the_fit_only(monkeypatch):
         tgs.LogisticRegression(n_jobs=0).fit(x, y)
 
 
+def test_n_jobs_none_leaves_the_cores_other_processes_use(monkeypatch):
+    # a busy machine (one CPU idle): the default fit takes one thread, not torch's 2+
+    import torchglm.threads
+    from torchglm.models.glm import GeneralizedLinearModel
+
+    seen = []
+    original = GeneralizedLinearModel.fit
+
+    def spy(self, *args, **kwargs):
+        seen.append(torch.get_num_threads())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(GeneralizedLinearModel, "fit", spy)
+    monkeypatch.setattr(torchglm.threads, "idle_cpus", lambda: 1)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        x, y = _data()
+        tgs.LogisticRegression().fit(x, y)
+        tgs.LogisticRegression(n_jobs=2).fit(x, y)  # a count given is taken as it is
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+        seen.clear()
+        tgs.LogisticRegressionCV(Cs=[1.0], cv=2, n_jobs=2).fit(x, y)  # every fold's fit too
+        assert seen == [2, 2, 2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_random_state_changes_nothing():
     x, y = _data()
     a = tgs.LogisticRegression(penalty="l1", C=0.1, random_state=0).fit(x, y)

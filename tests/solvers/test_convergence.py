@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from autograd_ref import assert_verified_optimum
+from data_util import simulate
 from torchglm import ConvergenceWarning, NumericalWarning, SeparationWarning
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, LogisticRegression, SoftmaxRegression
@@ -105,12 +106,6 @@ def test_badly_scaled_logistic_is_not_declared_singular(solver):
 
 
 # -- metamorphic: column scaling over every solver x family x link ---------------------
-def _simulate(family, link, n=300, d=3, seed=0):
-    from data_util import simulate
-
-    return simulate(family, link, n=n, d=d, seed=seed)
-
-
 CASES = [(f, link) for f, cls in FAMILIES.items() for link in cls.allowed_links]
 
 
@@ -119,7 +114,7 @@ CASES = [(f, link) for f, cls in FAMILIES.items() for link in cls.allowed_links]
 def test_column_scaling_changes_only_the_coefficients(family, link, solver):
     """X -> X diag(s), s_j = 10^U(-8, 8): predictions unchanged and coefficients divided
     by s_j, or the fit says converged=False with a warning."""
-    x, y, K = _simulate(family, link)
+    x, y, K = simulate(family, link, n=300)
     rng = np.random.default_rng(hash((family, link)) % 2**32)
     s = torch.tensor(10.0 ** rng.uniform(-8, 8, size=x.shape[1]), dtype=torch.float64)
     kw = dict(n_classes=K, dtype=torch.float64)
@@ -145,7 +140,7 @@ def test_column_scaling_changes_only_the_coefficients(family, link, solver):
 def test_column_scaling_to_working_precision_agrees_to_1e8(solver):
     """Run to working precision (tol=1e-20): the scaled fit's predictions equal the
     unscaled ones to 1e-8."""
-    x, y, _ = _simulate("bernoulli", "logit", n=500, d=4, seed=3)
+    x, y, _ = simulate("bernoulli", "logit", n=500, d=4, seed=3)
     s = torch.tensor([1e-8, 1e8, 1e-3, 1e5], dtype=torch.float64)
     ref = LogisticRegression(4, dtype=torch.float64)
     fit(ref, x, y, solver="newton", tol=1e-20)
@@ -158,7 +153,7 @@ def test_column_scaling_to_working_precision_agrees_to_1e8(solver):
 # -- 2. first-order solvers never claim a false optimum -------------------------------
 @pytest.mark.parametrize("solver", ["lbfgs", "gd", "coordinate", "newton-cg"])
 def test_features_scaled_by_1e_6(solver):
-    x, y, _ = _simulate("bernoulli", "logit", n=500, d=3, seed=1)
+    x, y, _ = simulate("bernoulli", "logit", n=500, d=3, seed=1)
     ref = LogisticRegression(3, dtype=torch.float64)
     fit(ref, x, y, solver="newton")
     m = LogisticRegression(3, dtype=torch.float64)
@@ -214,7 +209,7 @@ def test_softmax_separation_is_flagged(solver):
 
 
 def test_first_order_fit_reports_its_verifying_finish():
-    x, y, _ = _simulate("bernoulli", "logit", n=500, d=3, seed=1)
+    x, y, _ = simulate("bernoulli", "logit", n=500, d=3, seed=1)
     m = LogisticRegression(3, dtype=torch.float64)
     r = fit(m, x, y, solver="lbfgs")
     assert r.converged and r.extra["finish_steps"] >= 0 and "Newton-type" in r.message
@@ -267,7 +262,7 @@ def test_float32_model_polishes_in_float64_with_every_solver(solver):
     """A float32 model fits in float32 and polishes in float64 whatever finished the
     first stage (an L-BFGS stage that ended with exact Hessian steps passed that
     Hessian on as Newton's fixed_hessian: a TypeError)."""
-    x, y, _ = _simulate("bernoulli", "logit", n=2000, d=5, seed=3)
+    x, y, _ = simulate("bernoulli", "logit", n=2000, d=5, seed=3)
     m = LogisticRegression(5)  # float32
     r, caught = _fit(m, x.float(), y, solver)
     if r.converged:
@@ -372,7 +367,7 @@ def test_the_start_pass_reads_only_targets_and_weights(monkeypatch):
     first pass never evaluates the features (a whole pass saved), and the fit is the same."""
     from torchglm.solvers.pass_sums import PassSums
 
-    x, y, _ = _simulate("bernoulli", "logit", n=800, d=4, seed=5)
+    x, y, _ = simulate("bernoulli", "logit", n=800, d=4, seed=5)
     w = torch.rand(800, generator=torch.Generator().manual_seed(1), dtype=torch.float64) + 0.5
     seen = []
     add = PassSums._add
@@ -405,7 +400,7 @@ def test_a_float32_stage_hands_over_one_step_further():
     float64 polish then confirms at its first pass (one pass, no step) and the
     result is the verified float64 optimum."""
     # measured: without the handed-over step this polish takes a step and a second pass
-    x, y, _ = _simulate("bernoulli", "logit", n=50_000, d=20, seed=0)
+    x, y, _ = simulate("bernoulli", "logit", n=50_000, d=20, seed=0)
     m = LogisticRegression(20, l2=1e-4, dtype=torch.float64)
     r = fit(m, x, y, solver="newton", dtype=torch.float32, tol=1e-10)
     assert r.converged and r.extra["stages"] == ["torch.float32", "torch.float64"]

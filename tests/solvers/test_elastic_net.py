@@ -20,14 +20,13 @@ from torchglm.models.glm import GeneralizedLinearModel, SoftmaxRegression
 from torchglm.penalty import ElasticNetPenalty
 from torchglm.solvers import fit
 
+from data_util import threshold_data
+
 F64 = torch.float64
 
 
-def _binary(n=300, d=6, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=F64)
-    y = (x[:, 0] - x[:, 1] + 0.5 * torch.randn(n, generator=g, dtype=F64) > 0).to(F64)
-    return x, y
+def _binary():
+    return threshold_data(300, 6, (1.0, -1.0))
 
 
 def _counts(n=400, d=6, seed=1):

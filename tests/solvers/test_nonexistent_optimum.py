@@ -28,6 +28,8 @@ from torchglm import (
 from torchglm.data.batches import TensorBatches
 from torchglm.families import FAMILIES
 from torchglm.models import GeneralizedLinearModel, SoftmaxRegression
+
+from data_util import bernoulli_data, gaussian_design
 from torchglm.passes import run_passes
 from torchglm.solvers import SOLVERS, fit, make_fitter, parameter_names
 
@@ -56,14 +58,10 @@ def _iris():
     return torch.tensor(d.data), torch.tensor(d.target)
 
 
-def _separated_binary(n=300, d=3, seed=4):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(n, d, generator=g, dtype=F64)
+def _separated_binary():
+    """Labels on one side of the hyperplane ``x_1 + 0.3 x_2 = 0``: separated by construction."""
+    x = gaussian_design(300, 3, seed=4)
     return x, (x[:, 0] + 0.3 * x[:, 1] > 0).long()
-
-
-def _design(n=100, seed=0):
-    return torch.randn(n, 2, generator=torch.Generator().manual_seed(seed), dtype=F64)
 
 
 def _case(name):
@@ -79,10 +77,10 @@ def _case(name):
         link = name.split()[-1]
         return GeneralizedLinearModel(3, "bernoulli", link, dtype=F64), x, y, None
     if name == "poisson all zero":
-        x = _design()
+        x = gaussian_design(100, 2)
         return GeneralizedLinearModel(2, "poisson", dtype=F64), x, torch.zeros(100, dtype=F64), None
     if name == "binomial all successes":
-        x = _design()
+        x = gaussian_design(100, 2)
         y, w = torch.ones(100, dtype=F64), torch.full((100,), 3.0, dtype=F64)
         return GeneralizedLinearModel(2, "binomial", dtype=F64), x, y, w
     raise KeyError(name)
@@ -151,7 +149,7 @@ def test_every_target_on_the_boundary_has_no_estimate_whatever_the_penalty(solve
     the boundary, so no model with an (unpenalized) intercept has a finite estimate,
     with or without an L2 penalty on the weights: unconverged, a SeparationWarning
     naming the intercept, and no pass over the features."""
-    x = _design(seed=3)
+    x = gaussian_design(100, 2, seed=3)
     model = GeneralizedLinearModel(2, family, link, dtype=F64, l2=l2)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -181,10 +179,9 @@ def _far_outlier(seed=1):
     """Overlapping classes plus one row 40 standard deviations out on its own class's
     side: fitted probability 1 - 1e-17 at the optimum (a saturated sample), but the
     classes are not separated, so the MLE exists."""
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(300, 3, generator=g, dtype=F64)
-    y = (torch.rand(300, generator=g, dtype=F64) < torch.sigmoid(x[:, 0])).long()
+    x, y = bernoulli_data(300, 3, (1.0,), seed=seed)
     x = torch.cat([x, torch.tensor([[40.0, 0.0, 0.0]], dtype=F64)])
+    y = y.long()
     return x, torch.cat([y, torch.ones(1, dtype=torch.long)])
 
 
@@ -199,11 +196,11 @@ def _existing(name):
         x, y = _far_outlier()
         return GeneralizedLinearModel(3, "bernoulli", dtype=F64), x, y, None
     if name == "poisson with zeros":
-        x = _design(200, seed=3)
+        x = gaussian_design(200, 2, seed=3)
         y = torch.poisson(torch.exp(0.5 * x[:, 0] - 1.0), generator=g)
         return GeneralizedLinearModel(2, "poisson", dtype=F64), x, y, None
     if name == "binomial proportions":
-        x = _design(200, seed=4)
+        x = gaussian_design(200, 2, seed=4)
         trials = torch.full((200,), 5.0, dtype=F64)
         k = torch.binomial(trials, torch.sigmoid(x[:, 0]), generator=g)
         return GeneralizedLinearModel(2, "binomial", dtype=F64), x, k / trials, trials
@@ -250,10 +247,8 @@ EMPTY_CLASS = "y: expected samples .positive total weight. in each of the n_clas
 
 
 def _two_of_three_classes():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(200, 2, generator=g, dtype=F64)
-    y = (torch.rand(200, generator=g, dtype=F64) < torch.sigmoid(x[:, 0])).long()
-    return x, y
+    x, y = bernoulli_data(200, 2, (1.0,))
+    return x, y.long()
 
 
 @pytest.mark.parametrize("solver", ALL)

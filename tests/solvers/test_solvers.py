@@ -348,12 +348,35 @@ def test_make_fitter_and_auto():
     assert choose_solver(LogisticRegression(128)) == "lbfgs"
     assert choose_solver(LogisticRegression(500)) == "lbfgs"
     assert choose_solver(SoftmaxRegression(100, 10)) == "lbfgs"
+    # small penalized problems (stored entries x outputs <= AUTO_SMALL_MAX_ENTRIES): Newton-CG
+    assert choose_solver(LogisticRegression(500, l2=1e-2), 1_000, 500_000) == "newton-cg"
+    assert (
+        choose_solver(SoftmaxRegression(30, 3, l2=1e-2), 60, 60 * 30) == "newton"
+    )  # a tiny Newton iteration
+    assert choose_solver(LogisticRegression(500, l2=0.0), 1_000, 500_000) == "lbfgs"  # unpenalized
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 10_000, 10_000 * 64) == "lbfgs"
+    assert choose_solver(LogisticRegression(20), 1_000, 20_000) == "newton"
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}
     x, y = spector()
     m = LogisticRegression(3)
     r = m.fit(x, y)  # GeneralizedLinearModel.fit -> torchglm.solvers.fit, solver auto
     assert m.is_fitted and r.solver == "newton" and r.converged
     assert "converged" in r.summary()
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_auto_fits_a_small_wide_problem_by_newton_cg(sparse):
+    # 300 x 200 (60,000 stored entries): exact Newton's d~ = 201 > 128, small enough
+    # for Newton-CG; a sparse design counts its stored values
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(300, 200, generator=gen, dtype=torch.float64)
+    y = (x[:, 0] + torch.randn(300, generator=gen, dtype=torch.float64) > 0).to(torch.float64)
+    r = fit(LogisticRegression(200, l2=1e-2), x.to_sparse_csr() if sparse else x, y)
+    ref = LogisticRegression(200, l2=1e-2)
+    fit(ref, x, y, solver="lbfgs", tol=1e-14)
+    assert r.solver == "newton-cg" and r.converged
+    assert abs(r.extra.loss - float(ref.objective(x, y))) <= 1e-10 * abs(r.extra.loss)
 
 
 def test_fitter_driven_by_run_passes_like_a_trainer():

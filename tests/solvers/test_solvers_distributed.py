@@ -13,15 +13,14 @@ from torchglm.models import LogisticRegression, SoftmaxRegression
 from torchglm.passes import run_passes
 from torchglm.solvers import SOLVERS, flat_parameters, make_fitter
 
+from data_util import bernoulli_data, random_labels
+
 
 def _data(softmax):
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(90, 3, generator=g, dtype=torch.float64)
     if softmax:
-        y = torch.randint(0, 3, (90,), generator=g)
-    else:
-        y = (torch.rand(90, generator=g, dtype=torch.float64) < torch.sigmoid(x[:, 0])).long()
-    return x, y
+        return random_labels(90, 3, k=3)
+    x, y = bernoulli_data(90, 3, (1.0,))
+    return x, y.long()
 
 
 def _model(softmax):

@@ -48,6 +48,7 @@ class Recorder(pl.Callback):
             "tag": self.tag,
             "n_train": sum(b.x.shape[0] for b in trainer.datamodule.train_batches()),
             "fit_result": pl_module.fit_result,
+            "threads": torch.get_num_threads(),
         }
 
 
@@ -132,6 +133,22 @@ def test_overrides_config_callbacks_and_fit_result(tmp_path, capsys):
     assert Recorder.seen["tag"] == "seen" and Recorder.seen["n_train"] == 120
     assert Recorder.seen["fit_result"].n_iter == 2
     assert "metric" in capsys.readouterr().out
+
+
+def test_threads_set_by_the_option_or_capped_by_the_idle_cpus(tmp_path, monkeypatch):
+    import torchglm.threads
+
+    monkeypatch.setattr(torchglm.threads, "idle_cpus", lambda: 1)  # a busy machine
+    before = torch.get_num_threads()
+    try:
+        for extra, expected in (([], 1), (["--threads", "2"], 2)):
+            torch.set_num_threads(2)
+            run = tmp_path / f"run{len(extra)}"
+            args = ["--config", TINY, "--run_dir", str(run), "--trainer.max_epochs", "1"]
+            assert main([*args, "--trainer.callbacks+=test_train_cli.Recorder", *extra]) == 0
+            assert Recorder.seen["threads"] == expected
+    finally:
+        torch.set_num_threads(before)
 
 
 @pytest.mark.parametrize("solver", ["newton", "irls"])

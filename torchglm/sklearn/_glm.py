@@ -26,8 +26,6 @@ products.
 from __future__ import annotations
 
 import numbers
-import os
-from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -43,6 +41,7 @@ from ..inference import GLMResults, glm_results
 from ..models.glm import GeneralizedLinearModel, SoftmaxRegression
 from ..models.glm import LogisticRegression as _Logistic
 from ..penalty import ElasticNetPenalty
+from ..threads import torch_threads
 from ._base import LabelEncoding, LogProbaOutputs, TorchEstimator, check_target_values, to_numpy
 
 __all__ = ["GLMClassifier", "GLMRegressor", "LogisticRegression", "LogisticRegressionCV", "ProbitRegression"]
@@ -74,25 +73,6 @@ def _check_l1_ratio(l1_ratio, where: str = "") -> float:
     return float(l1_ratio)
 
 
-@contextmanager
-def torch_threads(n_jobs):
-    """``n_jobs`` as torch's intra-op threads for the duration of a fit (restored
-    after): ``None`` leaves torch's setting, a negative value counts back from the CPUs
-    as joblib does (``-1``: all of them)."""
-    if n_jobs is None:
-        yield
-        return
-    if isinstance(n_jobs, bool) or not isinstance(n_jobs, numbers.Integral) or n_jobs == 0:
-        raise fail("n_jobs", "None, a positive integer or a negative one (-1: every CPU)", repr(n_jobs))
-    before = torch.get_num_threads()
-    n = int(n_jobs) if n_jobs > 0 else max(1, (os.cpu_count() or 1) + 1 + int(n_jobs))
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 class _GLMEstimator(TorchEstimator):
     """Shared by the GLM classifiers and the regressor: the solver call, fitted
     attributes and the statsmodels-style results.
@@ -100,7 +80,8 @@ class _GLMEstimator(TorchEstimator):
     ``warm_start``: start from the previous fit's coefficients (same features and
     classes), as scikit-learn's; ``random_state``: accepted for compatibility, unused
     (the solvers are deterministic full-batch methods: nothing is drawn at random);
-    ``n_jobs``: torch's intra-op threads during the fit (:func:`torch_threads`)."""
+    ``n_jobs``: torch's intra-op threads during the fit (:func:`torchglm.threads.torch_threads`;
+    ``None``: torch's setting capped at the CPUs the rest of the machine leaves idle)."""
 
     _accept_sparse = True
 
@@ -203,7 +184,9 @@ class GLMClassifier(LabelEncoding, LogProbaOutputs, ClassifierMixin, _GLMEstimat
         warm_start: start from the previous fit's coefficients.
         random_state: accepted for scikit-learn compatibility; unused (the solvers draw
             nothing at random).
-        n_jobs: torch's intra-op threads during the fit (``None``: torch's setting).
+        n_jobs: torch's intra-op threads during the fit; ``None``: torch's setting
+            capped at the CPUs other processes leave idle (:mod:`torchglm.threads`),
+            so a fit beside a busy process does not oversubscribe the cores.
         device: torch device of the model and the fit (``"cpu"``, ``"cuda"``).
         dtype: ``"float64"`` (default) or ``"float32"``: the model's parameters.
 
@@ -659,6 +642,7 @@ class LogisticRegressionCV(LogisticRegression):
             tol=self.tol,
             class_weight=class_weight,
             warm_start=warm_start,
+            n_jobs=self.n_jobs,  # a count given is kept inside each fold's fit
             device=self.device,
             dtype=self.dtype,
         )

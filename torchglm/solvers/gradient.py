@@ -38,11 +38,14 @@ class GradientDescentFitter(StepFitter):
     budget_max_iter = 3000
 
     def __init__(self, model, lr: float | None = None, **options):
-        super().__init__(model, **options)
         if lr is not None:
             check_positive("lr", lr)
             self.line_search = False
         self.lr = lr
+        super().__init__(model, **options)
+
+    def begin(self) -> None:
+        super().begin()
         self.last_step = 1.0
 
     def on_accept(self, s: PassSums, step: float) -> None:
@@ -79,10 +82,13 @@ class CoordinateDescentFitter(StepFitter):
     budget_max_iter = 6000
 
     def __init__(self, model, lr: float | None = None, **options):
-        super().__init__(model, **options)
         if lr is not None:
             check_positive("lr", lr)
         self.lr = lr
+        super().__init__(model, **options)
+
+    def begin(self) -> None:
+        super().begin()
         self.k = -1
         self.n_skipped = 0
 
@@ -139,10 +145,13 @@ class LBFGSFitter(StepFitter):
     default_max_iter = 1000
 
     def __init__(self, model, memory: int = 10, **options):
-        super().__init__(model, **options)
         if not isinstance(memory, int) or memory < 1:
             raise fail("memory", "a positive integer", memory)
         self.memory = memory
+        super().__init__(model, **options)
+
+    def begin(self) -> None:
+        super().begin()
         self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
 
     def state_dict(self) -> dict:

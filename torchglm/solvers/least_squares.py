@@ -128,12 +128,16 @@ class QRFitter(Fitter):
                 "a Gaussian model with the identity link",
                 f"family '{model.family.name}' with link '{model.family.link.name}'",
             )
-        self.model = model
         self.max_iter = 2 if max_iter is None else max_iter
-        self.dtype = self.compute_dtype(model, dtype)
+        self.requested_dtype = dtype
+        self.restart_from(model)
+
+    def begin(self) -> None:
+        """The solve's state from the model as it is now (:meth:`.Fitter.restart_from`)."""
+        model = self.model
+        self.dtype = self.compute_dtype(model, self.requested_dtype)
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
-        self.done = False
         self.solved = False
         self.triangle = Triangle()
         self.weight_sum = torch.zeros((), dtype=self.dtype, device=self.theta.device)

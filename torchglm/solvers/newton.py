@@ -87,15 +87,20 @@ class NewtonFitter(_SecondOrder):
     curvature = "full"
 
     def __init__(self, model, fixed_hessian: torch.Tensor | None = None, **options):
-        super().__init__(model, **options)
-        self.fixed_hessian = None
+        self.given_hessian = fixed_hessian
         if fixed_hessian is not None:
-            p = self.theta.numel()
-            if fixed_hessian.shape != (p, p):
-                raise fail("fixed_hessian", f"a ({p}, {p}) matrix", tuple(fixed_hessian.shape))
             # Passes then sum only loss and gradient; every step uses this matrix.
-            self.fixed_hessian = fixed_hessian.to(self.theta)
             self.curvature = None
+        super().__init__(model, **options)
+
+    def begin(self) -> None:
+        super().begin()
+        self.fixed_hessian = None
+        if self.given_hessian is not None:
+            p = self.theta.numel()
+            if self.given_hessian.shape != (p, p):
+                raise fail("fixed_hessian", f"a ({p}, {p}) matrix", tuple(self.given_hessian.shape))
+            self.fixed_hessian = self.given_hessian.to(self.theta)
 
     @classmethod
     def stage_options(
@@ -152,8 +157,8 @@ class NewtonCGFitter(_SecondOrder):
     curvature = "hvp"
 
     def __init__(self, model, max_cg: int | None = None, **options):
-        super().__init__(model, **options)
         self.max_cg = max_cg
+        super().__init__(model, **options)
 
     def direction(self, s: PassSums):
         return self.cg_step(s, self.max_cg)

@@ -37,7 +37,10 @@ class PassSums:
     whose eta left the link's domain (plus one when the summed loss is not
     finite), and
     ``n_saturated`` samples whose loss is below ``saturation`` (fitted
-    probability numerically 0 or 1: a sign of separation), ``n_samples`` the
+    probability numerically 0 or 1: a sign of separation), ``completely_separated``
+    whether the point's own coefficients, as a direction, lower every sample's loss
+    strictly (:meth:`~torchglm.families.Family.strictly_separated`: a proof that no
+    optimum exists; counted with the saturation, else ``False``), ``n_samples`` the
     rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of
     the targets (when asked): a scalar, or for the categorical family the weight of
     each class, shape (K,).
@@ -95,7 +98,9 @@ class PassSums:
         self.p = p
         self.loss_sum = torch.zeros((), **opts)
         self.weight_sum = torch.zeros((), **opts)
-        self.counts = torch.zeros(4, **opts)  # n_invalid, n_saturated, n_samples, n_offset
+        # n_invalid, n_saturated, n_samples, n_offset, n_unseparated (samples of positive
+        # weight that theta's direction does not strictly separate)
+        self.counts = torch.zeros(5, **opts)
         self.want_y_sum = y_sum or targets_only
         self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
         self.targets_only = targets_only
@@ -173,6 +178,7 @@ class PassSums:
             self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
         if self.saturation > 0:
             self.counts[1] += (nll < self.saturation).sum()
+            self._count_unseparated(eta, y, offset, s)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
             if d2 is not None and not probs:
@@ -194,6 +200,19 @@ class PassSums:
             self._add_diag(x, curv)
             if self.curvature == "hvp":
                 self.stored.append((x, curv))
+
+    def _count_unseparated(self, eta, y, offset, s) -> None:
+        """Count the samples of positive weight whose loss theta's own direction (its
+        linear predictor: eta less the offset) does not lower strictly; a family that
+        proves no separation counts every sample."""
+        eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
+        sep = self.family.strictly_separated(eta_dir, y)
+        if sep is None:
+            self.counts[4] += y.shape[0]
+            return
+        if s is not None:
+            sep = sep | (s <= 0)
+        self.counts[4] += (~sep).sum()
 
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
@@ -219,7 +238,7 @@ class PassSums:
             if t is not None:
                 finite = finite & torch.isfinite(t).all()
         no_loss = ~torch.isfinite(self.loss_sum)
-        invalid, saturated, n, n_offset, overflow, infinite = torch.cat(
+        invalid, saturated, n, n_offset, unseparated, overflow, infinite = torch.cat(
             [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
         ).tolist()
         self.n_invalid = int(invalid) + int(overflow)
@@ -227,6 +246,7 @@ class PassSums:
         # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
         self.no_likelihood = invalid > 0 or infinite > 0
         self.n_saturated = int(saturated)
+        self.completely_separated = self.saturation > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
         w, pen = self.theta * self.mask, self.penalty

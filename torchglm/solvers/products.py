@@ -71,7 +71,7 @@ def rt_x(r: torch.Tensor, x, square: bool = False) -> torch.Tensor:
     chunks, so neither ``x * x`` nor a badly shaped ``(m x n) (n x d)`` product is
     formed whole."""
     if isinstance(x, SparseRows):
-        return (x.transposed(square) @ r).T
+        return x.rt(r, square)
     n = x.shape[0]
     rows = chunk_rows(x, x.shape[1])
     if not square and (r.shape[1] == 1 or rows >= n):

@@ -110,11 +110,15 @@ class ProximalNewtonFitter(IRLSFitter):
             raise fail("l1", "a finite non-negative number", l1)
         if not isinstance(max_sweeps, int) or max_sweeps < 1:
             raise fail("max_sweeps", "a positive integer", max_sweeps)
-        super().__init__(model, **options)
-        self.penalty = ElasticNetPenalty(float(l1), model.l2)
+        self.l1 = float(l1)
         self.proximal = l1 > 0
         self.max_sweeps = max_sweeps
-        self.mask = penalty_mask(model, self.dtype, self.theta.device)
+        super().__init__(model, **options)
+
+    def begin(self) -> None:
+        super().begin()
+        self.penalty = ElasticNetPenalty(self.l1, self.model.l2)
+        self.mask = penalty_mask(self.model, self.dtype, self.theta.device)
         self.base_F = math.inf
         self.kappa = math.inf
 

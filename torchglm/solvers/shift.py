@@ -23,19 +23,34 @@ class SoftmaxShift:
 
     Attributes:
         columns: bool (d + has_bias,) mask of the columns with a shift direction.
-        N: the projector onto the shift directions, (p, p) in the flat order.
         col: the column ``j`` (``d`` for the bias) of each flat parameter ``(k, j)``.
         count: the number of flat parameters of each column, (d + 1,).
+        shifted: bool (p,): the flat parameters whose column has a shift direction.
     """
 
     def __init__(self, model: LinearModel, columns: torch.Tensor, dtype: torch.dtype, device) -> None:
         m, d = model.n_outputs, model.n_features
-        has_bias = model.has_intercept
-        self.columns = columns
-        self.N = shift_null_projector(m, d, has_bias, columns, dtype=dtype, device=device)
+        self.m, self.d, self.has_bias = m, d, model.has_intercept
+        self.columns, self.dtype = columns, dtype
         col = torch.arange(m * d, device=device) % d
-        self.col = torch.cat([col, torch.full((m if has_bias else 0,), d, device=device)])
+        self.col = torch.cat([col, torch.full((m if self.has_bias else 0,), d, device=device)])
         self.count = torch.bincount(self.col, minlength=d + 1).to(dtype)
+        self.shifted = torch.cat([columns.to(device), columns.new_zeros(d + 1 - columns.numel()).to(device)])[
+            self.col
+        ]
+        self._N = None
+
+    @property
+    def N(self) -> torch.Tensor:
+        """The projector onto the shift directions, (p, p) in the flat order: formed on
+        first use, by the solves with a dense Hessian (``p`` small); the CG steps of a
+        large model project through :meth:`remove` in O(p) (20 classes of 10,000
+        features asked 320 GB for it)."""
+        if self._N is None:
+            self._N = shift_null_projector(
+                self.m, self.d, self.has_bias, self.columns, dtype=self.dtype, device=self.col.device
+            )
+        return self._N
 
     @classmethod
     def of(cls, model: LinearModel, dtype: torch.dtype, device) -> "SoftmaxShift | None":
@@ -59,5 +74,9 @@ class SoftmaxShift:
         return A + self.N * c[self.col].unsqueeze(1)
 
     def remove(self, v: torch.Tensor) -> torch.Tensor:
-        """``v`` with its components along the shift directions projected out."""
-        return v - self.N @ v
+        """``v - N v``: ``v`` with its components along the shift directions projected
+        out, i.e. each shifted column's mean over the classes subtracted."""
+        mean = torch.zeros(self.d + 1, dtype=v.dtype, device=v.device).index_add(
+            0, self.col, v
+        ) / self.count.clamp_min(1).to(v.dtype)
+        return v - torch.where(self.shifted, mean[self.col], torch.zeros_like(v))

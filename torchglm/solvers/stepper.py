@@ -179,17 +179,24 @@ class StepFitter(Fitter):
             )
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise fail("dtype", "a floating-point torch.dtype", dtype)
-        self.model = model
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
-        self.dtype = self.compute_dtype(model, dtype)
+        self.requested_dtype, self.armijo, self.max_halvings = dtype, armijo, max_halvings
+        self.detect_separation = detect_separation
         self.saturation = saturation
         self.handoff = handoff
         self.hessian_precision = hessian_precision
+        self.restart_from(model)
+
+    def begin(self) -> None:
+        """The fit's state from the model as it is now (:meth:`.Fitter.restart_from`):
+        the working dtype, the start point on the parameters' device, and each phase's
+        own state, fresh."""
+        model = self.model
+        self.dtype = self.compute_dtype(model, self.requested_dtype)
         # Sparse batches' transposed CSR, kept across passes (sparse_rows.SparseRows).
         self.sparse_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
-        self.done = False
         self.n_passes = 0
         #: the accepted point: its sums, its parameters, the direction from it and
         #: that direction's decrement (``None``: no curvature model).
@@ -203,13 +210,13 @@ class StepFitter(Fitter):
         self.reevaluate = False
         # The phases' own state (module docstring).
         self.start = StartRule(model, self.theta)
-        self.search = LineSearch(armijo, max_halvings)
+        self.search = LineSearch(self.armijo, self.max_halvings)
         self.solve = Solve()
-        self.check = DecrementTest(tol, self.dtype)
+        self.check = DecrementTest(self.tol, self.dtype)
         self.finish = NewtonFinish(model)
         # Every family whose targets can sit on the boundary of the mean space
         # (``Family.separable``: a probability 0 or 1, a count's mean 0).
-        self.separation = SeparationWatch(detect_separation and model.l2 == 0 and model.family.separable)
+        self.separation = SeparationWatch(self.detect_separation and model.l2 == 0 and model.family.separable)
         self.shift = SoftmaxShift.of(model, self.dtype, self.theta.device)
 
     @classmethod
@@ -471,6 +478,9 @@ class StepFitter(Fitter):
             # before the first-order phase drives the boundary samples' curvature to 0
             # (there truncated CG returned a step predicting a decrease of 9e-5 on
             # E = 3e-11, which no line search could take).
+            if self._proven_separated(s):
+                # separation is proven: a finish would only amplify rounding along it
+                return True
             reason = f"{s.n_saturated} samples at the boundary of the mean space (separation?)"
         elif grad_norm <= self.gtol:
             reason = f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}"
@@ -509,6 +519,8 @@ class StepFitter(Fitter):
             # length and direction of the one before (the separation watch then
             # either ends the fit or lets the next pass certify).
             certified = False
+        if certified and self._proven_separated(s):
+            return True
         if certified and self._conclude(bound, stale):
             return True
         if stale:
@@ -557,6 +569,8 @@ class StepFitter(Fitter):
         three such steps in a row end the fit with a :class:`~torchglm.SeparationWarning`."""
         if not self.separation.enabled:
             return False
+        if self._proven_separated(s):
+            return True
         kind = self.separation.watch(s, delta, step, self.result.history)
         if kind is None:
             return False
@@ -706,6 +720,8 @@ class StepFitter(Fitter):
             # and direction of the one before: a separating direction whose further
             # decrease of E is below its rounding, not an optimum.
             return self._report_separation(self.base, self.delta, "quasi-complete")
+        if self._proven_separated(self.base):
+            return None
         grad_norm = float(self.base.grad.abs().max())
         return self._end(
             True,
@@ -726,6 +742,17 @@ class StepFitter(Fitter):
         if text not in self.notes and self.hessian_precision == "highest":
             _warn(f"{self.name}: {text}", NumericalWarning)
         self.notes[text] = self.notes.get(text, 0) + 1
+
+    def _proven_separated(self, s: PassSums) -> bool:
+        """Samples on the boundary, where the point's own coefficients separate every
+        sample strictly (``s.completely_separated``): no optimum exists, whatever a
+        decrement says (E - inf E -> 0 along them), and further steps only run off
+        along them (amplifying rounding: the Hessian's curvature there vanishes), so
+        the fit ends unconverged, naming them. Returns whether it did."""
+        if not (self.separation.at_boundary(s) and s.completely_separated):
+            return False
+        self._report_separation(s, self.remove_shift(s.theta.detach()), "perfect")
+        return True
 
     def _report_separation(self, s: PassSums, delta: torch.Tensor, kind: str) -> None:
         """End the fit unconverged with a :class:`~torchglm.SeparationWarning` naming the

@@ -41,6 +41,7 @@ from pytorch_lightning.loggers import TensorBoardLogger
 from pytorch_lightning.utilities.exceptions import MisconfigurationException, SIGTERMException
 
 from .._validation import InputError, fail
+from ..threads import fit_threads
 from .data_module import GLMDataModule
 from .checkpoints import MODEL_CKPT, LastCheckpoint, load_checkpoint
 from .interrupt import Interrupted, interruptible
@@ -65,7 +66,8 @@ class GLMCLI(LightningCLI):
     (:class:`GLMDataModule`), ``trainer`` (``pytorch_lightning.Trainer``; extra
     callbacks under ``trainer.callbacks`` as ``class_path``/``init_args``),
     ``checkpoint`` (``ModelCheckpoint``: how ``sgd`` picks its best epoch),
-    ``early_stopping`` (``EarlyStopping``), ``run_dir``, ``resume`` and
+    ``early_stopping`` (``EarlyStopping``), ``run_dir``, ``resume``, ``threads``
+    (torch's intra-op threads: :func:`torchglm.threads.fit_threads`) and
     ``seed_everything``.
     """
 
@@ -105,6 +107,15 @@ class GLMCLI(LightningCLI):
             "max_epochs may change; the model and data must not). A run whose fit had ended "
             "is validated and tested again.",
         )
+        parser.add_argument(
+            "--threads",
+            type=int | None,
+            default=None,
+            help="torch's intra-op threads for the run (negative: counted back from the CPUs, "
+            "-1 all). Default: torch's, capped at the CPUs other processes leave idle when the "
+            "run starts (torchglm.threads), so a run beside a busy process does not "
+            "oversubscribe the cores.",
+        )
         parser.add_lightning_class_args(ModelCheckpoint, "checkpoint")
         parser.set_defaults(
             {
@@ -123,6 +134,9 @@ class GLMCLI(LightningCLI):
                 "early_stopping.patience": 20,
             }
         )
+
+    def before_instantiate_classes(self) -> None:
+        torch.set_num_threads(fit_threads(self.config.get("threads")))
 
     def instantiate_trainer(self, **kwargs: Any):
         self.run_dir = _resolve_run_dir(self.config)

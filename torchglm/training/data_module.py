@@ -33,7 +33,7 @@ from .labels import Targets
 from .placement import Placement
 from .sources import Columns, read_source
 from .splits import Split, shard
-from .streamed import TrimmedPasses, streamed_source, streamed_splits, streams
+from .streamed import TrimmedPasses, streamed_source, streams
 
 __all__ = ["GLMDataModule"]
 
@@ -76,13 +76,16 @@ class GLMDataModule(pl.LightningDataModule):
         categorical: a table's categorical columns, one-hot encoded (treatment
             contrasts, the first sorted level the reference; :class:`~.features.FeatureSpec`).
         memory_budget: bytes (or a size such as ``"2GB"``): a plain 2-D ``.npy``
-            file larger than this is not loaded but streamed (:mod:`torchglm.data.out_of_core`):
-            the targets and the split's row indices stay in memory, each pass reads
-            the features ``batch_size`` rows at a time (default 65,536), so memory
-            stays at about one batch. For the pass-based solvers (``sgd`` needs
-            shuffled in-memory rows) and models without a basis. Other files are
-            always loaded (the in-memory path holds about three float64 copies of
-            the features).
+            file or a ``.csv``/``.tsv``/``.parquet`` table (a Parquet file's
+            uncompressed size) larger than this is not loaded but streamed
+            (:mod:`torchglm.data.out_of_core`; a table's categories, missing cells and
+            labels through :mod:`~.streamed_table`, with the same results): the
+            targets and the split's row indices stay in memory, each pass reads
+            the features ``batch_size`` rows at a time (default 65,536; a table is
+            parsed a chunk at a time), so memory stays at about one batch. For the
+            pass-based solvers (``sgd`` needs shuffled in-memory rows) and models
+            without a basis. ``.npz`` files are always loaded (the in-memory path
+            holds about three float64 copies of the features).
         missing: what a missing (empty or ``NA``) cell of a used column does:
             ``"error"`` (naming the rows), ``"drop"`` the row, or impute the training
             rows' ``"mean"`` / ``"most_frequent"`` value (stored with the model).
@@ -217,18 +220,29 @@ class GLMDataModule(pl.LightningDataModule):
         self.targets = Targets(split.y, split.weight, data.classes)
 
     def _setup_streamed(self) -> None:
-        """:meth:`setup` for a plain 2-D ``.npy`` streamed from disk: the splits read
-        their rows from the file when a pass asks (:func:`.streamed.streamed_splits`)."""
-        npy, col, columns = streamed_source(self._columns(), self.feature_spec, self.memory_budget)
-        data = streamed_splits(
-            npy, col, columns, self.splitting, self.standardize, self.dtype, self.batch_size or 65536
+        """:meth:`setup` for a file streamed from disk (:func:`.streamed.streamed_source`:
+        a ``.npy`` or a CSV/TSV/Parquet table): the splits read their rows from the file
+        when a pass asks; the targets, weights, offsets and the split's row numbers stay
+        in memory."""
+        source = streamed_source(
+            self._columns(),
+            self.feature_spec,
+            self.splitting,
+            standardize=self.standardize,
+            dtype=self.dtype,
+            chunk=self.batch_size or 65536,
+            memory_budget=self.memory_budget,
         )
-        self.feature_mean, self.feature_scale = data.mean, data.scale
-        self.feature_names = data.feature_names
-        self.streamed, self._digest = True, data.digest
-        self._splits = data.splits
-        self._extras = {k: (None, None) for k in data.splits}
-        self.targets = Targets(data.y, None)
+        self.feature_mean, self.feature_scale = source.mean, source.scale
+        self.feature_names, self.n_dropped = source.names, source.n_dropped
+        self.streamed, self._digest = True, source.digest
+        self._splits, self._extras = {}, {}
+        for k, rows in source.rows.items():
+            self._splits[k] = (source.x[k], source.y[rows])
+            self._extras[k] = tuple(
+                None if t is None else t[rows].to(self.dtype) for t in (source.weight, source.offset)
+            )
+        self.targets = Targets(source.y, source.weight, source.classes)
 
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the

@@ -55,7 +55,7 @@ train options (any config key can be overridden the same way):
   --data.source             a built-in dataset name or a .csv/.tsv/.parquet/.npz/.npy file
   --data.target NAME        the target column (labels of any kind: the classes)
   --data.categorical '[A]'  columns one-hot encoded; --data.missing error|drop|mean|most_frequent
-  --data.memory_budget 2GB  a larger .npy is streamed from disk (pass-based solvers)
+  --data.memory_budget 2GB  a larger .npy/.csv/.tsv/.parquet is streamed (pass-based solvers)
   --data.batch_size N       rows per batch (null: all rows in one batch)
   --trainer.max_epochs N    epochs (passes, for pass-based solvers)
   --print_config            print the resolved config and exit

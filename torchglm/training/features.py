@@ -25,7 +25,18 @@ import torch
 
 from .._validation import fail
 
-__all__ = ["FeatureSpec", "MISSING_POLICIES", "feature_map", "standardization", "standardize"]
+__all__ = [
+    "FeatureSpec",
+    "MISSING_POLICIES",
+    "MissingCells",
+    "LevelTally",
+    "FillTally",
+    "LabelCodes",
+    "StreamedStandardization",
+    "feature_map",
+    "standardization",
+    "standardize",
+]
 
 #: What ``data.missing`` may say about a missing cell of a used column.
 MISSING_POLICIES = ("error", "drop", "mean", "most_frequent")
@@ -33,9 +44,16 @@ MISSING_POLICIES = ("error", "drop", "mean", "most_frequent")
 _SHOWN_ROWS = 8
 
 
-def _rows(index: np.ndarray) -> str:
-    shown = ", ".join(str(int(i)) for i in index[:_SHOWN_ROWS])
-    return f"{len(index)} row{'s' if len(index) != 1 else ''} ({shown}{', ...' if len(index) > _SHOWN_ROWS else ''})"
+def _rows(count: int, first: Sequence[int]) -> str:
+    """``count`` rows, the first of them (``first``) listed."""
+    shown = ", ".join(str(int(i)) for i in first[:_SHOWN_ROWS])
+    return f"{count} row{'s' if count != 1 else ''} ({shown}{', ...' if count > _SHOWN_ROWS else ''})"
+
+
+def _nan_text(value) -> bool:
+    """Whether a cell is the number NaN written out (``nan``, ``-NaN``): a number,
+    refused later as non-finite, not text."""
+    return str(value).strip().lower().lstrip("+-") == "nan"
 
 
 def missing_cells(column) -> np.ndarray:
@@ -60,7 +78,7 @@ def numeric_column(column, where: str, name: str, first_row: int = 0) -> np.ndar
     if bad.any():
         text = np.asarray(column, dtype=object)[bad]
         # "nan" itself is a number (NaN, refused later as non-finite), not a bad cell
-        real = np.array([str(t).strip().lower().lstrip("+-") != "nan" for t in text])
+        real = np.array([not _nan_text(t) for t in text])
         if real.any():
             i = int(np.flatnonzero(bad)[np.argmax(real)])
             raise fail(
@@ -142,54 +160,48 @@ class FeatureSpec:
         Raises:
             InputError: naming the first column with missing cells and its rows.
         """
-        mask = np.zeros(len(frame), dtype=bool)
-        for c in columns:
-            m = missing_cells(frame[c])
-            if m.any() and self.missing == "error":
-                raise fail(
-                    f"{where} column '{c}'",
-                    "no missing cells (or data.missing: drop, mean or most_frequent)",
-                    f"missing cells in {_rows(np.flatnonzero(m))} (rows from 0)",
-                )
-            mask |= m
+        cells = MissingCells(columns)
+        mask = cells.add(frame)
+        if self.missing == "error":
+            cells.refuse(columns, where)
         return mask
 
-    def fit(self, frame, columns: Sequence[str], train_rows: np.ndarray | None, where: str = "data") -> None:
-        """Learn the levels (every row) and fill values (the training rows, ``train_rows``;
-        ``None`` when nothing is imputed) of ``columns``.
+    @property
+    def imputes(self) -> bool:
+        """Whether missing cells are filled (``"mean"``/``"most_frequent"``)."""
+        return self.missing in ("mean", "most_frequent")
+
+    def start_fit(self, columns: Sequence[str]) -> None:
+        """Take ``columns`` as the input feature columns, before :meth:`fit` or a fit a
+        chunk of rows at a time (:class:`LevelTally`, :class:`FillTally`).
 
         Raises:
-            InputError: a categorical column that is not among ``columns``; a column
-                with no value to impute from; text in a numeric column.
+            InputError: a categorical column that is not among ``columns``.
         """
         unknown = [c for c in self.categorical if c not in columns]
         if unknown:
             raise fail("categorical", f"feature columns of the data (one of {list(columns)})", unknown)
         self.columns, self.levels, self.fill = list(columns), {}, {}
-        for c in self.columns:
-            present = ~missing_cells(frame[c])
-            if c in self.categorical:
-                text = np.asarray(frame[c], dtype=object)
-                self.levels[c] = sorted({str(v) for v in text[present]})
-                if not self.levels[c]:
-                    raise fail(f"{where} column '{c}'", "at least one present value", "only missing cells")
-            if self.missing not in ("mean", "most_frequent"):
-                continue
-            present = present[train_rows]
-            if not present.any():
-                raise fail(f"{where} column '{c}'", "a value in the training rows to impute from", "none")
-            if c in self.levels:
-                values = [str(v) for v in np.asarray(frame[c], dtype=object)[train_rows][present]]
-            else:
-                # the whole column is converted, so a bad cell is named by its row in the file
-                values = numeric_column(frame[c], where, c)[train_rows][present]
-            if c in self.levels or self.missing == "most_frequent":
-                uniq, counts = np.unique(np.asarray(values), return_counts=True)
-                # the most frequent value; a tie goes to the smallest, so the choice is reproducible
-                best = uniq[int(np.argmax(counts))]
-                self.fill[c] = str(best) if c in self.levels else float(best)
-            else:
-                self.fill[c] = float(np.mean(values))
+
+    def fit(self, frame, columns: Sequence[str], train_rows: np.ndarray | None, where: str = "data") -> None:
+        """Learn the levels (every row) and fill values (the training rows, ``train_rows``;
+        ``None`` when nothing is imputed) of ``columns``: the tallies of a fit a chunk
+        of rows at a time (:class:`LevelTally`, :class:`FillTally`), given one chunk.
+
+        Raises:
+            InputError: a categorical column that is not among ``columns``; a column
+                with no value to impute from; text in a numeric column.
+        """
+        self.start_fit(columns)
+        levels = LevelTally([c for c in self.columns if c in self.categorical])
+        levels.add(frame)
+        self.levels = levels.result(where)
+        if self.imputes:
+            train = np.zeros(len(frame), dtype=bool)
+            train[train_rows] = True
+            fills = FillTally(self)
+            fills.add(frame, train, where)
+            self.fill = fills.result(where)
 
     def transform(self, frame, where: str, first_row: int = 0) -> np.ndarray:
         """The ``(n, len(names))`` float64 features of ``frame``'s rows.
@@ -206,7 +218,7 @@ class FeatureSpec:
                     f"{where}",
                     "no missing cells in the feature columns (data.missing: drop drops them at "
                     "fit only; every input row gets a prediction)",
-                    f"missing cells in {_rows(np.flatnonzero(missing) + first_row)}",
+                    f"missing cells in {_rows(int(missing.sum()), np.flatnonzero(missing)[:_SHOWN_ROWS] + first_row)}",
                 )
         out = []
         for c in self.columns:
@@ -253,6 +265,241 @@ class FeatureSpec:
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "FeatureSpec":
         return cls(**{k: state[k] for k in ("categorical", "missing", "columns", "levels", "fill")})
+
+
+class MissingCells:
+    """Each column's missing cells, counted a chunk of rows at a time: how many, and
+    the first rows (for the message of :meth:`refuse`).
+
+    Args:
+        columns: the columns watched.
+    """
+
+    def __init__(self, columns: Sequence[str]):
+        self.count = dict.fromkeys(columns, 0)
+        self.first: dict[str, list[int]] = {c: [] for c in columns}
+
+    def add(self, frame, first_row: int = 0) -> np.ndarray:
+        """Count a chunk whose first row is row ``first_row`` of the data; returns the
+        chunk's rows (boolean mask) with a missing cell in a watched column."""
+        mask = np.zeros(len(frame), dtype=bool)
+        for c, first in self.first.items():
+            m = missing_cells(frame[c])
+            if m.any():
+                rows = np.flatnonzero(m)
+                self.count[c] += len(rows)
+                first += (rows[: _SHOWN_ROWS - len(first)] + first_row).tolist()
+                mask |= m
+        return mask
+
+    def refuse(self, columns: Sequence[str], where: str) -> None:
+        """Refuse the first of ``columns`` with a missing cell, naming its rows.
+
+        Raises:
+            InputError: a missing cell in ``columns``.
+        """
+        for c in columns:
+            if self.count[c]:
+                raise fail(
+                    f"{where} column '{c}'",
+                    "no missing cells (or data.missing: drop, mean or most_frequent)",
+                    f"missing cells in {_rows(self.count[c], self.first[c])} (rows from 0)",
+                )
+
+
+class LevelTally:
+    """The levels of a :class:`FeatureSpec`'s categorical columns, gathered a chunk
+    of rows at a time (every row: a level is a level wherever it appears).
+
+    Args:
+        columns: the categorical columns.
+    """
+
+    def __init__(self, columns: Sequence[str]):
+        self.seen: dict[str, set[str]] = {c: set() for c in columns}
+
+    def add(self, frame) -> None:
+        for c, seen in self.seen.items():
+            text = np.asarray(frame[c], dtype=object)[~missing_cells(frame[c])]
+            seen.update(str(v) for v in text)
+
+    def result(self, where: str) -> dict[str, list[str]]:
+        """Each categorical column's sorted levels.
+
+        Raises:
+            InputError: a column with only missing cells.
+        """
+        for c, seen in self.seen.items():
+            if not seen:
+                raise fail(f"{where} column '{c}'", "at least one present value", "only missing cells")
+        return {c: sorted(seen) for c, seen in self.seen.items()}
+
+
+class FillTally:
+    """The fill values of a :class:`FeatureSpec` (``"mean"``/``"most_frequent"``),
+    gathered a chunk of rows at a time from the training rows: a numeric column's
+    sum and count of present values (the mean, the partial sums added exactly by
+    ``math.fsum``), or the count of each value (the most frequent one; a tie goes
+    to the smallest, so the choice is reproducible). A categorical column is always
+    filled with its most frequent level.
+
+    Args:
+        spec: the spec being fitted, its levels known (:class:`LevelTally`).
+    """
+
+    def __init__(self, spec: FeatureSpec):
+        self.spec = spec
+        self.sums: dict[str, list[float]] = {c: [] for c in spec.columns}
+        self.n = dict.fromkeys(spec.columns, 0)
+        self.counts: dict[str, dict[Any, int]] = {c: {} for c in spec.columns}
+
+    def _counted(self, c: str) -> bool:
+        return c in self.spec.levels or self.spec.missing == "most_frequent"
+
+    def add(self, frame, train: np.ndarray, where: str, first_row: int = 0) -> None:
+        """Count the training rows (``train``, a boolean mask) of a chunk whose first
+        row is row ``first_row`` of the data.
+
+        Raises:
+            InputError: text in a numeric column (naming its row in the data).
+        """
+        for c in self.spec.columns:
+            keep = train & ~missing_cells(frame[c])
+            if c in self.spec.levels:
+                values = np.array([str(v) for v in np.asarray(frame[c], dtype=object)[keep]], dtype=object)
+            else:
+                # the chunk's whole column is converted, so a bad cell is named by its row
+                values = numeric_column(frame[c], where, c, first_row)[keep]
+            self.n[c] += len(values)
+            if not len(values):
+                continue
+            if self._counted(c):
+                uniq, counts = np.unique(values, return_counts=True)
+                tally = self.counts[c]
+                for u, k in zip(uniq.tolist(), counts.tolist()):
+                    tally[u] = tally.get(u, 0) + k
+            else:
+                self.sums[c].append(float(np.sum(values)))
+
+    def result(self, where: str) -> dict[str, Any]:
+        """Each column's fill value.
+
+        Raises:
+            InputError: a column without a present value in the training rows.
+        """
+        fill = {}
+        for c in self.spec.columns:
+            if not self.n[c]:
+                raise fail(f"{where} column '{c}'", "a value in the training rows to impute from", "none")
+            if self._counted(c):
+                top = max(self.counts[c].values())
+                best = min(v for v, k in self.counts[c].items() if k == top)
+                fill[c] = str(best) if c in self.spec.levels else float(best)
+            else:
+                fill[c] = math.fsum(self.sums[c]) / self.n[c]
+        return fill
+
+
+class LabelCodes:
+    """A target column's labels as numbers, gathered a chunk of rows at a time.
+
+    Numbers stay numbers (the data module turns integer labels into class codes
+    later). When any cell is text, every label is text: the sorted distinct labels
+    are the classes (scikit-learn's ``classes_``) and each row gets its label's
+    position. The codes of the rows read so far are kept (by first appearance, then
+    renumbered in sorted order), up to :attr:`MAX_CLASSES` distinct labels.
+    """
+
+    #: distinct labels kept for text classes; a column with more is numeric or refused
+    MAX_CLASSES = 2**16
+
+    def __init__(self):
+        self.numbers: list[np.ndarray] = []
+        self.codes: list[np.ndarray] | None = []
+        self.index: dict[str, int] = {}
+        self.text = False
+        self.example: str | None = None
+
+    def add(self, column) -> None:
+        import pandas as pd
+
+        y = pd.to_numeric(column, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        self.numbers.append(np.array(y))
+        cells = np.asarray(column, dtype=object)
+        nan = np.isnan(y)
+        if nan.any() and not self.text:
+            bad = [v for v in cells[nan] if not _nan_text(v)]
+            if bad:
+                self.text, self.example = True, str(bad[0])
+        if self.codes is None:
+            return
+        local, uniques = pd.factorize(np.array([str(v) for v in cells], dtype=object))
+        code = np.array([self.index.setdefault(u, len(self.index)) for u in uniques], dtype=np.int32)
+        if len(self.index) > self.MAX_CLASSES:
+            self.codes, self.index = None, {}  # numbers, or refused at result()
+            return
+        self.codes.append(code[local])
+
+    def result(self) -> tuple[np.ndarray, list[str] | None]:
+        """Every row's label as a number (float64), and the text classes (``None``
+        when every label is a number).
+
+        Raises:
+            InputError: text labels among more than :attr:`MAX_CLASSES` distinct values.
+        """
+        if not self.text:
+            return np.concatenate(self.numbers), None
+        if self.codes is None:
+            raise fail(
+                "y",
+                f"numeric targets, or class labels of at most {self.MAX_CLASSES} distinct values",
+                f"text labels (such as {self.example!r}) among more distinct values",
+            )
+        names = list(self.index)
+        order = sorted(range(len(names)), key=names.__getitem__)
+        rank = np.empty(len(names), dtype=np.int64)
+        rank[order] = np.arange(len(names))
+        return rank[np.concatenate(self.codes)].astype(np.float64), [names[i] for i in order]
+
+
+class StreamedStandardization:
+    """:func:`standardization` of training rows given a chunk at a time, in two
+    passes over them: the column maxima ``m_j`` (:meth:`add_max`), then the mean
+    and the shifted sum of squares of ``u = x / m`` merged chunk by chunk
+    (:meth:`add_moments`; Chan, Golub & LeVeque, "Algorithms for computing the
+    sample variance", 1983): ``M2 = M2_a + M2_b + delta^2 n_a n_b / (n_a + n_b)``.
+
+    Args:
+        n_features: the number of columns.
+    """
+
+    def __init__(self, n_features: int):
+        self.m = np.zeros(n_features)
+        self.count, self.mean_u, self.m2 = 0, np.zeros(n_features), np.zeros(n_features)
+
+    def add_max(self, x: np.ndarray) -> None:
+        if len(x):
+            self.m = np.maximum(self.m, np.abs(x).max(0))
+
+    def add_moments(self, x: np.ndarray) -> None:
+        if not len(x):
+            return
+        u = np.asarray(x, dtype=np.float64) / np.where(self.m > 0, self.m, 1.0)
+        k, mu = len(u), u.mean(0)
+        delta = mu - self.mean_u
+        self.m2 += ((u - mu) ** 2).sum(0) + delta**2 * self.count * k / (self.count + k)
+        self.mean_u += delta * k / (self.count + k)
+        self.count += k
+
+    def result(self, enabled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mean, scale)`` as :func:`standardization` gives them (0 and 1 when not ``enabled``)."""
+        d = len(self.m)
+        if not enabled:
+            return torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64)
+        m = np.where(self.m > 0, self.m, 1.0)
+        mean = torch.from_numpy(self.mean_u * m)
+        std = torch.from_numpy(np.sqrt(self.m2 / self.count) * m)
+        return mean, torch.where(std > 0, std, torch.ones_like(std))
 
 
 def standardization(x_train: torch.Tensor, enabled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:

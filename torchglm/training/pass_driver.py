@@ -45,11 +45,13 @@ class PassDriver(Driver):
     """One epoch, one pass of ``task.model.make_fitter(task.solver, **task.solver_options)``.
 
     Attributes:
-        fitter: the fit's fitter. :meth:`prepare` makes one to check the solver and
-            its options before anything is written; :meth:`configure_optimizers`
-            makes the fit's own, from the weights and on the device the fit starts
-            from (Lightning restores a resumed run's weights and moves the model
-            after ``prepare``; a fitter holds its start point where the model was).
+        fitter: the fit's fitter, made once: by :meth:`prepare`, so that an unknown
+            solver or option fails before anything is written (or by
+            :meth:`configure_optimizers` for a model built from a checkpoint, without
+            ``prepare``). :meth:`configure_optimizers` begins its fit from the model
+            as it is then (:meth:`~torchglm.passes.Fitter.restart_from`): Lightning
+            restores a resumed run's weights and moves the model to its device and
+            precision after ``prepare``.
         resumed_done: whether the resumed fit's solver had met its stopping rule.
     """
 
@@ -81,10 +83,13 @@ class PassDriver(Driver):
         self.fitter = self._make_fitter(model)
 
     def configure_optimizers(self) -> PassStep:
-        # Lightning restores a resumed run's weights before this hook: the fitter
-        # made here starts from them (the one made in prepare() saw the initial
-        # weights), and continues the checkpointed fit record.
-        self.fitter = self._make_fitter(self.task.model)
+        # Lightning restores a resumed run's weights and moves the model before this
+        # hook: the fit starts from them, where the model now is (prepare() saw the
+        # initial weights on the host), and continues the checkpointed fit record.
+        if self.fitter is None:
+            self.fitter = self._make_fitter(self.task.model)
+        else:
+            self.fitter.restart_from(self.task.model)
         if self._resumed_fit is not None:
             self.fitter.result = FitResult(**self._resumed_fit)
             self._resumed_fit = None

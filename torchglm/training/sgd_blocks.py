@@ -2,7 +2,8 @@
 
 Each step is taken as Lightning's automatic optimization takes it: the closure
 evaluates the objective (in the precision's forward context), adds it to the
-epoch loss, zeroes the gradients and back-propagates; ``optimizer.step(closure)``;
+epoch loss, zeroes the gradients and sets them (the model's closed form where it
+applies, else back-propagation: :mod:`.step_gradient`); ``optimizer.step(closure)``;
 then the per-step schedulers. After the epoch's last step the per-epoch
 schedulers step, as Lightning steps them after the last batch. The weights,
 optimizer and scheduler states, logged step losses and checkpoints are those of
@@ -30,6 +31,7 @@ from ._lightning_private import (
     plain_optimizer_step,
 )
 from .graphs import BlockGraph, optimizer_key, side_stream
+from .step_gradient import StepGradient
 
 __all__ = ["StepBlocks"]
 
@@ -41,6 +43,7 @@ class StepBlocks:
         task: the :class:`~torchglm.training.task.GLMTask`.
         epoch_loss: the epoch's running ``sum`` (a tensor), ``count`` and ``steps``,
             and whether the epoch's last step was taken (``complete``), mutated in place.
+        gradient: the steps' objective and gradient (:class:`~.step_gradient.StepGradient`).
 
     Attributes:
         plain_steps: whether a block's steps skip Lightning's hook dispatch (set at
@@ -48,9 +51,10 @@ class StepBlocks:
         graph: the recorded block of ``cuda_graphs`` (``None``: blocks run eagerly).
     """
 
-    def __init__(self, task, epoch_loss: dict[str, Any]) -> None:
+    def __init__(self, task, epoch_loss: dict[str, Any], gradient: StepGradient) -> None:
         self.task = task
         self.epoch_loss = epoch_loss
+        self.gradient = gradient
         self.plain_steps = False
         self.graph: BlockGraph | None = None
         self.graph_warm = False
@@ -145,23 +149,9 @@ class StepBlocks:
                     out.copy_(value)
                     total.add_(value)
 
-                optimizer.step(self._plain_closure(gather(index[i]), optimizer, record))
+                optimizer.step(self.gradient.closure(gather(index[i]), optimizer, record))
 
         return body
-
-    def _plain_closure(self, batch: Batch, optimizer, record):
-        """The closure of one step without Lightning's dispatch: forward, ``record``
-        the detached loss, zero_grad, backward."""
-        model, phi = self.task.model, self.task.phi
-
-        def closure():
-            loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
-            record(loss.detach())
-            optimizer.zero_grad()
-            loss.backward()
-            return loss
-
-        return closure
 
     def _end_block(self, batch_idx: int, n_steps: int, n_batches: int, epoch: int, logged: list) -> None:
         """After a block's steps: the per-epoch schedulers after the epoch's last step
@@ -185,7 +175,6 @@ class StepBlocks:
         """Lightning's closure of one step: forward, epoch loss, zero_grad, backward
         (with Lightning's hooks, or, where ``plain_steps``, without the dispatch)."""
         task, acc = self.task, self.epoch_loss
-        model, phi = task.model, task.phi
         if self.plain_steps:
 
             def record(value: torch.Tensor) -> None:
@@ -193,12 +182,12 @@ class StepBlocks:
                 acc["sum"].add_(value)
                 acc["count"] += 1
 
-            return self._plain_closure(batch, optimizer, record)
+            return self.gradient.closure(batch, optimizer, record)
         trainer = task.trainer
 
         def closure():
             with forward():
-                loss = model.objective(phi(batch.x), batch.y, batch.weight, batch.offset)
+                loss = self.gradient.loss(batch)
             last[0] = loss.detach()
             acc["sum"].add_(last[0])
             acc["count"] += 1

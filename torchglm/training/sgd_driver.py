@@ -5,7 +5,8 @@ ones such as LBFGS included) and an optional LR scheduler, ``steps_per_block``
 optimizer steps per Lightning step: one step per batch under Lightning's automatic
 optimization (``steps_per_block=1``, or a trainer setting counted in mini-batches),
 or blocks of batches stepped inside ``training_step`` (manual optimization,
-:mod:`.sgd_blocks`) with the same weights, bit for bit.
+:mod:`.sgd_blocks`) with the same weights, bit for bit. A GLM's steps take its
+closed-form gradient instead of autograd's (:mod:`.step_gradient`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from .data_module import GLMDataModule
 from .driver import Driver
 from .graphs import BlockGraph, capturable_optimizer
 from .sgd_blocks import StepBlocks
+from .step_gradient import StepGradient
 
 __all__ = ["SGDDriver"]
 
@@ -49,6 +51,8 @@ class SGDDriver(Driver):
 
     Attributes:
         history: ``[{"loss": mean mini-batch loss}]`` per epoch, over resumed runs.
+        gradient: how the steps differentiate the objective
+            (:class:`~.step_gradient.StepGradient`: the model's closed form where it applies).
         blocks: the step blocks (:class:`~.sgd_blocks.StepBlocks`).
     """
 
@@ -61,7 +65,8 @@ class SGDDriver(Driver):
         # steps, mutated in place (no attribute assignment per step).
         self.epoch_loss: dict[str, Any] = {}
         self._history: list[dict[str, float]] = []
-        self.blocks = StepBlocks(task, self.epoch_loss)
+        self.gradient = StepGradient(task)
+        self.blocks = StepBlocks(task, self.epoch_loss, self.gradient)
 
     @property
     def history(self) -> list[dict[str, float]]:
@@ -122,6 +127,7 @@ class SGDDriver(Driver):
 
     def on_train_start(self) -> None:
         task, blocks = self.task, self.blocks
+        self.gradient.start()
         if not self.automatic_optimization:
             blocks.plain_steps = self._no_step_hooks()
         blocks.graph, blocks.graph_warm = None, False
@@ -194,7 +200,7 @@ class SGDDriver(Driver):
         if not self.automatic_optimization:
             return self.blocks.step(batch, batch_idx)
         task, acc = self.task, self.epoch_loss
-        loss = task.model.objective(task.phi(batch.x), batch.y, batch.weight, batch.offset)
+        loss = self.gradient.loss(batch)
         acc["sum"].add_(loss.detach())
         acc["count"] += 1
         # Log the step loss only at the logger's interval (Lightning writes step

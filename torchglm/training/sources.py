@@ -17,7 +17,8 @@ import numpy as np
 from .._validation import fail
 from ..data.datasets import load_dataset
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
-from .features import FeatureSpec, numeric_column
+from .features import FeatureSpec, LabelCodes, numeric_column
+from .streamed_table import table_roles
 
 __all__ = ["Columns", "Loaded", "read_source"]
 
@@ -121,24 +122,6 @@ def _read_numeric(cols: Columns, task: str | None, n_classes: int | None) -> Loa
     return Loaded(x, table.y, columns.get("weight"), columns.get("offset"), names, task, n_classes)
 
 
-def _table_features(cols: Columns, names: list[str], target: str) -> list[str]:
-    """The feature columns of a table: those named, else all but the target, weight and offset."""
-    for role, col in cols.special.items():
-        if col not in names:
-            raise fail(role, f"a column of '{cols.source}' ({names})", repr(col))
-    reserved = [target, *cols.special.values()]
-    if cols.features is None:
-        features = [n for n in names if n not in reserved]
-    else:
-        features = list(cols.features)
-        bad = [n for n in features if n not in names or n in reserved]
-        if bad:
-            raise fail("features", f"feature columns of '{cols.source}' other than target/weight/offset", bad)
-    if not features:
-        raise fail(f"data file '{cols.source}'", "at least one feature column besides the target", names)
-    return features
-
-
 def _drop_or_check_missing(frame, spec: FeatureSpec, features: list[str], reserved: list[str], where: str):
     """The missing-value policy's first step: ``(frame, rows dropped)``."""
     if spec.missing == "drop":
@@ -155,21 +138,6 @@ def _drop_or_check_missing(frame, spec: FeatureSpec, features: list[str], reserv
     return frame, 0
 
 
-def _labels(y) -> tuple[np.ndarray, list | None]:
-    """Numeric targets, or codes of text labels and their sorted distinct values."""
-    import pandas as pd
-
-    y_num = pd.to_numeric(y, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    if np.isnan(y_num).any() and not all(
-        str(v).strip().lower().lstrip("+-") == "nan" for v in np.asarray(y, dtype=object)[np.isnan(y_num)]
-    ):
-        # text labels: the sorted distinct labels are the classes (scikit-learn's classes_)
-        text = np.array([str(v) for v in np.asarray(y, dtype=object)], dtype=object)
-        classes = sorted(set(text.tolist()))
-        return np.searchsorted(np.array(classes, dtype=object), text).astype(np.float64), classes
-    return y_num, None
-
-
 def _read_frame(
     cols: Columns,
     spec: FeatureSpec,
@@ -177,22 +145,26 @@ def _read_frame(
     n_classes: int | None,
     train_rows: Callable[[int], np.ndarray],
 ) -> Loaded:
-    """A CSV/TSV/Parquet table: named columns through the :class:`~.features.FeatureSpec`."""
+    """A CSV/TSV/Parquet table: its columns' roles (:func:`~.streamed_table.table_roles`),
+    the features through the :class:`~.features.FeatureSpec`, the labels through
+    :class:`~.features.LabelCodes` (the code a streamed table uses, so the two paths
+    cannot drift)."""
     where = f"data file '{cols.source}'"
     frame = read_frame(cols.source)
-    names = list(frame.columns)
-    target = "y" if cols.target is None else str(cols.target)
-    if target not in names:
-        raise fail("target", f"a column of '{cols.source}' (one of {names})", repr(target))
-    features = _table_features(cols, names, target)
-    frame, n_dropped = _drop_or_check_missing(frame, spec, features, [target, *cols.special.values()], where)
-    y, classes = _labels(frame[target])
+    target, special, features = table_roles(
+        list(frame.columns), cols.source, cols.target, cols.features, cols.weight, cols.offset
+    )
+    frame, n_dropped = _drop_or_check_missing(frame, spec, features, [target, *special.values()], where)
+    # the labels as the streamed table gathers them (one chunk here)
+    labels = LabelCodes()
+    labels.add(frame[target])
+    y, classes = labels.result()
     # fill values come from the training split's rows (only then are they needed:
     # a file too short to split is refused after its cells are checked)
     imputes = spec.missing in ("mean", "most_frequent")
     spec.fit(frame, features, train_rows(len(frame)) if imputes else None, where)
     x = spec.transform(frame, where)
-    extra = {r: numeric_column(frame[c], where, c) for r, c in cols.special.items()}
+    extra = {r: numeric_column(frame[c], where, c) for r, c in special.items()}
     return Loaded(
         x, y, extra.get("weight"), extra.get("offset"), spec.names, task, n_classes, classes, n_dropped
     )

@@ -1,46 +1,85 @@
-"""A plain 2-D ``.npy`` file larger than the data module's memory budget, streamed from
-disk: which files stream (:func:`streams`), the file and its columns
-(:func:`streamed_source`), and its splits with the training rows' standardization
-(:func:`streamed_splits`), each split a :class:`~torchglm.data.out_of_core.StreamedRows`
-read a batch at a time by :class:`~torchglm.data.out_of_core.StreamedBatches`.
+"""A file larger than the data module's memory budget, streamed from disk: which files
+stream (:func:`streams`: a plain 2-D ``.npy`` or a CSV/TSV/Parquet table), and their
+splits with the training rows' standardization (:func:`streamed_source`: a table's
+through :func:`~.streamed_table.stream_table`, a ``.npy``'s by :func:`streamed_splits`),
+each split a :class:`~torchglm.data.out_of_core.StreamedRows` (or
+:class:`~torchglm.data.out_of_core.TableRows`) read a batch at a time by
+:class:`~torchglm.data.out_of_core.StreamedBatches`.
 
 What stays in memory is the targets (float64, every row, for the target gate, and
-each split's own), each split's file row numbers (int32 below 2**31 rows) and the
-statistics; the features are read a chunk at a time.
+each split's own), each split's row numbers (a ``.npy``'s int32 below 2**31 rows) and
+the statistics; the features are read a chunk at a time.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .._validation import check_finite, fail
-from ..data.out_of_core import StreamedRows, _NpyFile
-from .features import FeatureSpec
+from ..data.files import TABLE_SUFFIXES
+from ..data.out_of_core import StreamedRows, _NpyFile, file_bytes
+from .features import FeatureSpec, StreamedStandardization
 from .sources import Columns
 from .splits import Split
+from .streamed_table import StreamedSource, stream_table
 
-__all__ = ["Streamed", "TrimmedPasses", "streams", "streamed_source", "streamed_splits", "trim_heap"]
-
-
-_NAMES = ("train", "val", "test")
+__all__ = ["TrimmedPasses", "streams", "streamed_source", "streamed_splits", "trim_heap"]
 
 
 def streams(source: str, memory_budget: int) -> bool:
-    """A ``.npy`` file larger than ``memory_budget`` is streamed."""
+    """A ``.npy`` or CSV/TSV/Parquet file larger than ``memory_budget`` is streamed
+    (:func:`~torchglm.data.out_of_core.file_bytes`: a Parquet file's uncompressed size)."""
     path = Path(source)
-    return path.suffix.lower() == ".npy" and path.is_file() and path.stat().st_size > memory_budget
+    suffix = path.suffix.lower()
+    return suffix in (".npy", *TABLE_SUFFIXES) and path.is_file() and file_bytes(path) > memory_budget
 
 
-def streamed_source(cols: Columns, spec: FeatureSpec, memory_budget: int) -> tuple[_NpyFile, int, list[int]]:
+def streamed_source(
+    cols: Columns,
+    spec: FeatureSpec,
+    split: Split,
+    *,
+    standardize: bool,
+    dtype: torch.dtype,
+    chunk: int,
+    memory_budget: int,
+) -> StreamedSource:
+    """The streamed file's splits and statistics: a table's through
+    :func:`~.streamed_table.stream_table` (its features, weight, offset, categories and
+    missing cells as in memory), a plain 2-D ``.npy``'s by :func:`streamed_splits`
+    (``chunk`` rows at a time; the data options it cannot take are refused).
+
+    Raises:
+        InputError: options the file cannot take; what :func:`~.streamed_table.stream_table`
+            or :func:`streamed_splits` refuses.
+    """
+    if cols.dataset_options:
+        raise fail("dataset_options", "no options for a data file", cols.dataset_options)
+    if Path(cols.source).suffix.lower() in TABLE_SUFFIXES:
+        return stream_table(
+            cols.source,
+            spec,
+            split.parts,
+            target=cols.target,
+            features=cols.features,
+            weight=cols.weight,
+            offset=cols.offset,
+            standardize=standardize,
+            dtype=dtype,
+        )
+    npy, col, columns = _npy_columns(cols, spec, memory_budget)
+    return streamed_splits(npy, col, columns, split, standardize, dtype, chunk)
+
+
+def _npy_columns(cols: Columns, spec: FeatureSpec, memory_budget: int) -> tuple[_NpyFile, int, list[int]]:
     """The streamed ``.npy`` file, its target column and its feature columns (the
-    data options a streamed file cannot take are refused)."""
-    if cols.features is not None or cols.weight or cols.offset or cols.dataset_options:
+    data options a streamed ``.npy`` cannot take are refused)."""
+    if cols.features is not None or cols.weight or cols.offset:
         raise fail(
             "features/weight/offset",
             f"unset for a .npy file streamed from disk (larger than data.memory_budget={memory_budget})",
@@ -101,18 +140,6 @@ class TrimmedPasses:
         trim_heap()
 
 
-@dataclass
-class Streamed:
-    """The splits of a streamed file (:func:`streamed_splits`)."""
-
-    splits: dict[str, tuple[StreamedRows, torch.Tensor]]
-    y: torch.Tensor  # every row's target, file order
-    mean: torch.Tensor
-    scale: torch.Tensor
-    digest: str  # BLAKE2b of the file's rows
-    feature_names: list[str]
-
-
 def streamed_splits(
     npy: _NpyFile,
     col: int,
@@ -121,7 +148,7 @@ def streamed_splits(
     standardize: bool,
     dtype: torch.dtype,
     chunk: int = 65536,
-) -> Streamed:
+) -> StreamedSource:
     """The train/val/test splits of the streamed file's rows (the same rows as
     ``split.parts`` in memory, each split in file order: a pass is a sum over rows),
     its targets, and the training split's standardization (:func:`_statistics`,
@@ -131,31 +158,33 @@ def streamed_splits(
         InputError: non-finite features or targets, a split with no row.
     """
     n = npy.shape[0]
+    parts = split.parts(n)
     # one byte per row says its split: no int64 permutation kept beyond this line
     which = np.empty(n, dtype=np.uint8)
-    for k, idx in enumerate(split.parts(n).values()):
+    for k, idx in enumerate(parts.values()):
         which[idx.numpy()] = k
     y, mean, scale, digest = _statistics(npy, col, columns, which == 0, standardize, chunk)
     yt = torch.from_numpy(y)
     check_finite("y", yt)
     index = np.int32 if n < 2**31 else np.int64
-    splits = {}
-    for k, name in enumerate(_NAMES):
-        rows = np.flatnonzero(which == k).astype(index)  # increasing
-        splits[name] = (StreamedRows(npy.path, rows, columns, mean, scale, dtype), yt[rows])
-    return Streamed(splits, yt, mean, scale, digest.hexdigest(), [f"x{j}" for j in columns])
+    x, rows = {}, {}
+    for k, name in enumerate(parts):
+        rows[name] = np.flatnonzero(which == k).astype(index)  # increasing
+        x[name] = StreamedRows(npy.path, rows[name], columns, mean, scale, dtype)
+    names = [f"x{j}" for j in columns]
+    return StreamedSource(x, rows, yt, None, None, mean, scale, names, None, 0, digest.hexdigest())
 
 
 def _statistics(
     npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, standardize: bool, chunk: int
 ):
     """Two passes over a streamed ``.npy``: its targets, the finiteness check, the data
-    digest, then the training rows' standardization (the statistics of
-    :func:`~.features.standardization`: column maxima ``m_j``, then the mean and variance
-    of ``u = x / m`` merged chunk by chunk, Chan, Golub & LeVeque 1983)."""
-    n, d = npy.shape[0], len(columns)
+    digest and the training rows' column maxima, then their moments
+    (:class:`~.features.StreamedStandardization`, the statistics of
+    :func:`~.features.standardization`, merged chunk by chunk)."""
+    n = npy.shape[0]
     y = np.empty(n, dtype=np.float64)
-    m = np.zeros(d)
+    stats = StreamedStandardization(len(columns))
     digest = hashlib.blake2b(digest_size=16)
     with open(npy.path, "rb") as f:
         for i in range(0, n, chunk):
@@ -164,23 +193,12 @@ def _statistics(
             x = np.asarray(block[:, columns], dtype=np.float64)
             check_finite("X", torch.from_numpy(x), i)
             y[i : i + len(block)] = block[:, col]
-            t = train[i : i + len(block)]
-            if t.any():
-                m = np.maximum(m, np.abs(x[t]).max(0))
-        m = np.where(m > 0, m, 1.0)
-        if not standardize:
-            return y, torch.zeros(d, dtype=torch.float64), torch.ones(d, dtype=torch.float64), digest
-        count, mean_u, m2 = 0, np.zeros(d), np.zeros(d)
-        for i in range(0, n, chunk):
-            block = npy.rows(f, i, min(i + chunk, n))
-            t = np.flatnonzero(train[i : i + len(block)])
-            if len(t) == 0:
-                continue
-            u = block[np.ix_(t, columns)].astype(np.float64) / m
-            k, mu = len(u), u.mean(0)
-            delta = mu - mean_u
-            m2 += ((u - mu) ** 2).sum(0) + delta**2 * count * k / (count + k)
-            mean_u += delta * k / (count + k)
-            count += k
-    mean, std = torch.from_numpy(mean_u * m), torch.from_numpy(np.sqrt(m2 / count) * m)
-    return y, mean, torch.where(std > 0, std, torch.ones_like(std)), digest
+            stats.add_max(x[train[i : i + len(block)]])
+        if standardize:
+            for i in range(0, n, chunk):
+                block = npy.rows(f, i, min(i + chunk, n))
+                t = np.flatnonzero(train[i : i + len(block)])
+                if len(t):
+                    stats.add_moments(block[np.ix_(t, columns)])
+    mean, scale = stats.result(standardize)
+    return y, mean, scale, digest

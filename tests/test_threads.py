@@ -1,0 +1,51 @@
+"""The thread count of a fit (:mod:`torchglm.threads`)."""
+
+import pytest
+import torch
+
+import torchglm.threads as threads
+from torchglm import InputError
+
+
+def test_idle_cpus_reads_the_runnable_threads(monkeypatch, tmp_path):
+    monkeypatch.setattr(threads, "_cpus", lambda: 4)
+    real_open = open
+
+    def fake(text):
+        def opener(path, *args, **kwargs):
+            if path == "/proc/loadavg":
+                f = tmp_path / "loadavg"
+                f.write_text(text)
+                return real_open(f, *args, **kwargs)
+            return real_open(path, *args, **kwargs)
+
+        return opener
+
+    for text, idle in (("0.1 0.1 0.1 1/300 5", 4), ("2.0 2.0 2.0 3/300 5", 2), ("9 9 9 12/300 5", 1)):
+        monkeypatch.setattr("builtins.open", fake(text))
+        assert threads.idle_cpus() == idle
+    monkeypatch.setattr("builtins.open", fake("garbled"))
+    assert threads.idle_cpus() is None
+
+
+def test_fit_threads_caps_the_default_only(monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        monkeypatch.setattr(threads, "idle_cpus", lambda: 1)
+        assert threads.fit_threads(None) == 1 and threads.fit_threads(2) == 2
+        monkeypatch.setattr(threads, "idle_cpus", lambda: 8)
+        assert threads.fit_threads(None) == 2  # never above torch's own setting
+        monkeypatch.setattr(threads, "idle_cpus", lambda: None)
+        assert threads.fit_threads(None) == 2
+        monkeypatch.setattr(threads, "_cpus", lambda: 4)
+        assert threads.fit_threads(-1) == 4 and threads.fit_threads(-2) == 3
+        for bad in (0, True, 1.5):
+            with pytest.raises(InputError, match="n_jobs"):
+                threads.fit_threads(bad)
+        monkeypatch.setattr(threads, "idle_cpus", lambda: 1)
+        with threads.torch_threads(None):
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)

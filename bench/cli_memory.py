@@ -17,7 +17,7 @@ inherits from its parent)::
 
 Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the first
 path (the Python path; ``train.py`` streamed for a table), and writes them to
-``bench/results/cli_memory_<format>.json``.
+``bench/results/cli_memory.json`` (``.npy``) or ``cli_memory_<format>.json`` (a table).
 """
 
 from __future__ import annotations
@@ -132,12 +132,16 @@ def main() -> None:
             print(f"{name:<34} peak RSS {mb:8.0f} MB  {seconds:7.1f} s  x{mb / base:.2f}  ({first})")
         result = {
             "data": what,
+            "rows": n,
+            "cols": d,
             "file_mb": source.stat().st_size / 1e6,
             "load": os.getloadavg(),
             "threads": os.environ.get("OMP_NUM_THREADS", "1"),
-            "runs": {k: {"peak_rss_mb": mb, "seconds": s} for k, (mb, s, _) in rows.items()},
+            "runs": {
+                k: {"peak_rss_mb": mb, "seconds": s, "ratio": mb / base} for k, (mb, s, _) in rows.items()
+            },
         }
-        out = ROOT / "bench" / "results" / f"cli_memory_{fmt}.json"
+        out = ROOT / "bench" / "results" / ("cli_memory.json" if fmt == "npy" else f"cli_memory_{fmt}.json")
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
 

@@ -7,7 +7,8 @@ import torch
 
 from torchglm import InputError
 from torchglm.data import DATASETS, TensorBatches, load_dataset, read_table
-from torchglm.training.data_module import GLMDataModule, shard
+from torchglm.training.data_module import GLMDataModule
+from torchglm.training.splits import shard
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

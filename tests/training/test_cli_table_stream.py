@@ -17,7 +17,7 @@ from torchglm.training.features import FeatureSpec, FillTally, LabelCodes, Level
 
 pytest.importorskip("pytorch_lightning")
 
-from torchglm.training import data_module, streamed_table  # noqa: E402
+from torchglm.training import sources, streamed_table  # noqa: E402
 from torchglm.training.cli import main  # noqa: E402
 from torchglm.training.data_module import GLMDataModule  # noqa: E402
 
@@ -136,7 +136,7 @@ def test_the_streamed_path_never_reads_the_table_whole(tmp_path, monkeypatch, sm
             whole()
         return chunked(path, role, chunk_rows)
 
-    for module in (files, data_module):
+    for module in (files, sources):
         for reader in ("read_frame", "read_table"):
             if hasattr(module, reader):
                 monkeypatch.setattr(module, reader, whole)

@@ -16,7 +16,7 @@ from run_util import TINY, fit_state, run_train_py
 
 from torchglm import InputError, LogisticRegression, PerformanceWarning, SoftmaxRegression
 from torchglm.training import GLMDataModule, GLMTask
-from torchglm.training import data_module as data_module_mod
+from torchglm.training import placement as placement_mod
 from torchglm.training.graphs import BlockGraph
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
@@ -213,7 +213,7 @@ def test_the_data_stay_on_a_cuda_device_only_when_they_fit(monkeypatch):
         assert dm.resident_device == (torch.device("cuda:0") if kept else None)
         dm.teardown("fit")
         assert dm.resident_device is None
-    assert data_module_mod.RESIDENT_FRACTION == 0.5
+    assert placement_mod.RESIDENT_FRACTION == 0.5
     assert not dm.keep_on("meta")  # other accelerators: Lightning moves each batch
 
 

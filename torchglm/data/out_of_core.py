@@ -312,18 +312,25 @@ def parse_size(value, name: str = "memory_budget") -> int:
     return int(size)
 
 
+#: rows standardized at a time by :meth:`StreamedRows.read`
+_SPAN = 4096
+
+
 class StreamedRows:
     """Some rows of a plain 2-D ``.npy`` file's feature columns, standardized, read
     from disk when asked for (:class:`StreamedBatches`): what an in-memory split's
     feature tensor is to :class:`~torchglm.data.batches.TensorBatches`.
 
-    ``rows`` are file row indices in increasing order; ``z = (x - mean) / scale``
+    ``rows`` are file row indices in increasing order (any integer dtype); ``z = (x - mean) / scale``
     is computed in float64 and cast to ``dtype``, as the in-memory path does.
     """
 
     def __init__(self, path: Path, rows: np.ndarray, columns: list[int], mean, scale, dtype: torch.dtype):
         self.file = _NpyFile(Path(path), "source")
-        self.rows, self.columns = np.asarray(rows, dtype=np.int64), list(columns)
+        rows = np.asarray(rows)
+        # row numbers stay in their integer dtype (int32 below 2**31 rows: half the memory)
+        self.rows = rows if rows.dtype.kind in "iu" else rows.astype(np.int64)
+        self.columns = list(columns)
         self.mean, self.scale, self.dtype = mean, scale, dtype
 
     @property
@@ -341,11 +348,14 @@ class StreamedRows:
     def read(self, f, start: int, stop: int) -> torch.Tensor:
         """Positions ``start:stop`` of these rows: one contiguous read of the file span."""
         r = self.rows[start:stop]
-        if len(r) == 0:
-            return torch.empty((0, len(self.columns)), dtype=self.dtype)
-        block = self.file.rows(f, int(r[0]), int(r[-1]) + 1)
-        x = torch.from_numpy(np.ascontiguousarray(block[r - r[0]][:, self.columns], dtype=np.float64))
-        return ((x - self.mean) / self.scale).to(self.dtype)
+        out = torch.empty((len(r), len(self.columns)), dtype=self.dtype)
+        # a span of rows at a time: the float64 temporaries stay a few MB, whatever the batch
+        for a in range(0, len(r), _SPAN):
+            s = r[a : a + _SPAN]
+            block = self.file.rows(f, int(s[0]), int(s[-1]) + 1)
+            x = torch.from_numpy(block[np.ix_(s - s[0], self.columns)].astype(np.float64, copy=False))
+            out[a : a + len(s)] = (x - self.mean) / self.scale
+        return out
 
     def blocks(self, batch_size: int) -> Iterator[torch.Tensor]:
         """These rows in order, ``batch_size`` at a time: one positioned read each."""

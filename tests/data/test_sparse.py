@@ -297,7 +297,8 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     g = torch.Generator().manual_seed(8)
     dense = torch.rand(3000, 200, generator=g, dtype=torch.float64)
     dense[dense < 0.8] = 0  # about 120,000 stored: 1.9 MB of CSR against 16 * 201 bytes per pair
-    y = (torch.rand(3000, generator=g) < torch.sigmoid(dense.sum(1) - 20)).long()
+    s = dense.sum(1)
+    y = (torch.rand(3000, generator=g) < torch.sigmoid(0.5 * (s - s.mean()))).long()
     assert api.sparse_lbfgs_memory(dense.to_sparse_csr(), 201) == 30
     assert api.sparse_lbfgs_memory(dense[:30].to_sparse_csr(), 201) == 10  # about 1,200 stored
     x = dense[:100].to_sparse_csr()  # about 4,000 stored: between the bounds
@@ -314,7 +315,9 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     LBFGSFitter.__init__ = recording
     try:
         for x, options in [(dense.to_sparse_csr(), {}), (dense.to_sparse_csr(), {"memory": 5}), (dense, {})]:
-            m = LogisticRegression(200, l2=1e-3, dtype=torch.float64)
+            # unpenalized: a small penalized problem goes to Newton-CG (choose_solver)
+            m = LogisticRegression(200, dtype=torch.float64)
+            assert api.choose_solver(m, 3000, 120_000) == "lbfgs"
             assert fit(m, x, y, solver="auto", **options).converged
     finally:
         LBFGSFitter.__init__ = init

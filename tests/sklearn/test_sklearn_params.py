@@ -98,10 +98,11 @@ def test_warm_start_starts_from_the_previous_coefficients():
     assert reg.fit(x, counts).n_iter_[0] == 0
 
 
-def test_n_jobs_sets_torch_threads_during_the_fit_only(monkeypatch):
-    seen = []
+def _threads_of_each_fit(monkeypatch) -> list[int]:
+    """The torch thread count inside each model fit from now on (appended per fit)."""
     from torchglm.models.glm import GeneralizedLinearModel
 
+    seen = []
     original = GeneralizedLinearModel.fit
 
     def spy(self, *args, **kwargs):
@@ -109,6 +110,11 @@ def test_n_jobs_sets_torch_threads_during_the_fit_only(monkeypatch):
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(GeneralizedLinearModel, "fit", spy)
+    return seen
+
+
+def test_n_jobs_sets_torch_threads_during_the_fit_only(monkeypatch):
+    seen = _threads_of_each_fit(monkeypatch)
     before = torch.get_num_threads()
     x, y = _data()
     tgs.LogisticRegression(n_jobs=2, random_state=0).fit(x, y)
@@ -120,16 +126,8 @@ def test_n_jobs_sets_torch_threads_during_the_fit_only(monkeypatch):
 def test_n_jobs_none_leaves_the_cores_other_processes_use(monkeypatch):
     # a busy machine (one CPU idle): the default fit takes one thread, not torch's 2+
     import torchglm.threads
-    from torchglm.models.glm import GeneralizedLinearModel
 
-    seen = []
-    original = GeneralizedLinearModel.fit
-
-    def spy(self, *args, **kwargs):
-        seen.append(torch.get_num_threads())
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(GeneralizedLinearModel, "fit", spy)
+    seen = _threads_of_each_fit(monkeypatch)
     monkeypatch.setattr(torchglm.threads, "idle_cpus", lambda: 1)
     before = torch.get_num_threads()
     torch.set_num_threads(2)

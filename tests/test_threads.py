@@ -26,6 +26,12 @@ def test_idle_cpus_reads_the_runnable_threads(monkeypatch, tmp_path):
         assert threads.idle_cpus() == idle
     monkeypatch.setattr("builtins.open", fake("garbled"))
     assert threads.idle_cpus() is None
+    # pinned to 2 of a host's 8 CPUs: 7 other runnable threads leave about 2 * 7 / 8 of ours busy
+    monkeypatch.setattr(threads, "_cpus", lambda: 2)
+    monkeypatch.setattr(threads.os, "cpu_count", lambda: 8)
+    for text, idle in (("1 1 1 4/300 5", 1), ("7 7 7 8/300 5", 1), ("1 1 1 2/300 5", 2)):
+        monkeypatch.setattr("builtins.open", fake(text))
+        assert threads.idle_cpus() == idle
 
 
 def test_fit_threads_caps_the_default_only(monkeypatch):

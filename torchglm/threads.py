@@ -37,13 +37,17 @@ def _cpus() -> int:
 def idle_cpus() -> int | None:
     """This process's CPUs less the threads of the machine runnable now other than the
     caller (the fourth field of Linux's ``/proc/loadavg``), at least 1; ``None`` where
-    that count is not available."""
+    that count is not available. A process pinned to some of the host's CPUs (a
+    container) counts only their share of the others, ``cpus / cpu_count`` of them:
+    ``/proc/loadavg`` is the whole host's."""
     try:
         with open("/proc/loadavg") as f:
             running = int(f.read().split()[3].split("/")[0])  # the caller's thread included
     except (OSError, ValueError, IndexError):
         return None
-    return max(1, _cpus() - (running - 1))
+    cpus = _cpus()
+    share = min(1.0, cpus / (os.cpu_count() or cpus))
+    return max(1, round(cpus - (running - 1) * share))
 
 
 def default_threads() -> int:

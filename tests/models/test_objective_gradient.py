@@ -90,3 +90,20 @@ def test_declined_where_the_objective_is_not_the_glms():
     hooked.register_forward_hook(lambda module, args, eta: eta + 1)
     assert hooked.objective_gradient(x, y) is None
     assert LogisticRegression(3).objective_gradient(x.to_sparse_csr(), y) is None
+
+
+def test_a_float64_weight_and_offset_beside_a_float32_model():
+    """The gradient of a float32 model is float32 with float64 weights and offset (a
+    matrix product does not promote: they raised a raw dtype error), equal to autograd's
+    on the same inputs in the model's dtype."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(100, 3, generator=g, dtype=torch.float32)
+    y = (torch.rand(100, generator=g) < 0.5).long()
+    weight = torch.rand(100, generator=g, dtype=torch.float64) + 0.5
+    offset = 0.1 * torch.randn(100, generator=g, dtype=torch.float64)
+    model = LogisticRegression(3, l2=0.1, dtype=torch.float32)
+    loss, pairs = model.objective_gradient(x, y, weight, offset)
+    _, ref = _autograd(model, x, y, weight.float(), offset.float())
+    for (p, grad), r in zip(pairs, ref):
+        assert grad.dtype == p.dtype == torch.float32
+        torch.testing.assert_close(grad, r, rtol=1e-5, atol=1e-6)

@@ -349,6 +349,10 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         """
         if not self.closed_form_gradient or x.layout != torch.strided:
             return None
+        # r^T x is one matrix product, which does not promote: a float64 weight or
+        # offset beside a float32 x would make r float64 (objective() promotes instead).
+        weight = None if weight is None else weight.to(x.dtype)
+        offset = None if offset is None else offset.to(x.dtype)
         eta = self.forward(x, offset)  # no hook to run (closed_form_gradient)
         nll, d1 = eta_derivatives(self.family, eta, y, order=1)
         if weight is None:

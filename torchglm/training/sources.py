@@ -161,8 +161,7 @@ def _read_frame(
     y, classes = labels.result()
     # fill values come from the training split's rows (only then are they needed:
     # a file too short to split is refused after its cells are checked)
-    imputes = spec.missing in ("mean", "most_frequent")
-    spec.fit(frame, features, train_rows(len(frame)) if imputes else None, where)
+    spec.fit(frame, features, train_rows(len(frame)) if spec.imputes else None, where)
     x = spec.transform(frame, where)
     extra = {r: numeric_column(frame[c], where, c) for r, c in special.items()}
     return Loaded(

@@ -20,7 +20,7 @@ from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from .features import FeatureSpec, LabelCodes, numeric_column
 from .streamed_table import table_roles
 
-__all__ = ["Columns", "Loaded", "read_source"]
+__all__ = ["Columns", "Loaded", "check_file_options", "read_source"]
 
 
 @dataclass
@@ -76,16 +76,9 @@ def read_source(
     """
     suffix = Path(cols.source).suffix.lower()
     if suffix in (*SUFFIXES, *TABLE_SUFFIXES) or Path(cols.source).exists():
-        if cols.dataset_options:
-            raise fail("dataset_options", "no options for a data file", cols.dataset_options)
+        check_file_options(cols, spec)
         if suffix in TABLE_SUFFIXES:
             return _read_frame(cols, spec, task, n_classes, train_rows)
-        if spec.categorical or spec.missing != "error":
-            raise fail(
-                "categorical/missing",
-                f"a .csv, .tsv or .parquet table for categorical columns or a missing-value policy (numeric {suffix} files have neither)",
-                repr(cols.source),
-            )
         return _read_numeric(cols, task, n_classes)
     if cols.target is not None or cols.features is not None or cols.special or spec.categorical:
         raise fail(
@@ -99,6 +92,24 @@ def read_source(
         raise fail("task", f"'{ds.task}' for the built-in dataset '{cols.source}'", repr(task))
     n_classes = n_classes if n_classes is not None else ds.n_classes
     return Loaded(ds.x, ds.y, ds.weight, ds.offset, ds.feature_names, ds.task, n_classes)
+
+
+def check_file_options(cols: Columns, spec: FeatureSpec) -> None:
+    """The options a data file cannot take, read whole or streamed: dataset options, and
+    for a numeric (non-table) file categorical columns or a missing-value policy.
+
+    Raises:
+        InputError: naming the option.
+    """
+    if cols.dataset_options:
+        raise fail("dataset_options", "no options for a data file", cols.dataset_options)
+    suffix = Path(cols.source).suffix.lower()
+    if suffix not in TABLE_SUFFIXES and (spec.categorical or spec.missing != "error"):
+        raise fail(
+            "categorical/missing",
+            f"a .csv, .tsv or .parquet table for categorical columns or a missing-value policy (numeric {suffix} files have neither)",
+            repr(cols.source),
+        )
 
 
 def _read_numeric(cols: Columns, task: str | None, n_classes: int | None) -> Loaded:

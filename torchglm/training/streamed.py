@@ -24,7 +24,7 @@ from .._validation import check_finite, fail
 from ..data.files import TABLE_SUFFIXES
 from ..data.out_of_core import StreamedRows, _NpyFile, file_bytes
 from .features import FeatureSpec, StreamedStandardization
-from .sources import Columns
+from .sources import Columns, check_file_options
 from .splits import Split
 from .streamed_table import StreamedSource, stream_table
 
@@ -58,8 +58,7 @@ def streamed_source(
         InputError: options the file cannot take; what :func:`~.streamed_table.stream_table`
             or :func:`streamed_splits` refuses.
     """
-    if cols.dataset_options:
-        raise fail("dataset_options", "no options for a data file", cols.dataset_options)
+    check_file_options(cols, spec)
     if Path(cols.source).suffix.lower() in TABLE_SUFFIXES:
         return stream_table(
             cols.source,
@@ -72,11 +71,11 @@ def streamed_source(
             standardize=standardize,
             dtype=dtype,
         )
-    npy, col, columns = _npy_columns(cols, spec, memory_budget)
+    npy, col, columns = _npy_columns(cols, memory_budget)
     return streamed_splits(npy, col, columns, split, standardize, dtype, chunk)
 
 
-def _npy_columns(cols: Columns, spec: FeatureSpec, memory_budget: int) -> tuple[_NpyFile, int, list[int]]:
+def _npy_columns(cols: Columns, memory_budget: int) -> tuple[_NpyFile, int, list[int]]:
     """The streamed ``.npy`` file, its target column and its feature columns (the
     data options a streamed ``.npy`` cannot take are refused)."""
     if cols.features is not None or cols.weight or cols.offset:
@@ -85,8 +84,6 @@ def _npy_columns(cols: Columns, spec: FeatureSpec, memory_budget: int) -> tuple[
             f"unset for a .npy file streamed from disk (larger than data.memory_budget={memory_budget})",
             (cols.features, cols.weight, cols.offset),
         )
-    if spec.categorical or spec.missing != "error":
-        raise fail("categorical/missing", "a .csv, .tsv or .parquet table", repr(cols.source))
     npy = _NpyFile(Path(cols.source), "data file")
     if len(npy.shape) != 2 or npy.shape[1] < 2 or npy.dtype.names:
         raise fail(

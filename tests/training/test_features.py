@@ -1,5 +1,6 @@
 """torchglm.training.features: the one home of standardize -> basis."""
 
+import numpy as np
 import torch
 
 from torchglm.training.features import feature_map, standardization, standardize
@@ -47,3 +48,25 @@ def test_the_task_and_its_data_module_standardize_alike_and_callbacks_see_phi():
         else:
             assert phi(z).shape[1] == 5
             torch.testing.assert_close(phi(z), basis(z))
+
+
+def test_label_codes_across_chunks():
+    """Text seen only in a later chunk still codes the earlier rows; the classes are
+    the sorted distinct labels, and numbers stay numbers."""
+    import pandas as pd
+
+    from torchglm.training.features import LabelCodes
+
+    codes = LabelCodes()
+    codes.add(pd.Series([2, 1, 2]))
+    codes.add(pd.Series(["b", "1", "2"], dtype=object))
+    y, classes = codes.result()
+    assert classes == ["1", "2", "b"]
+    np.testing.assert_array_equal(y, [1, 0, 1, 2, 0, 1])
+
+    numbers = LabelCodes()
+    numbers.add(pd.Series([0.5, 1.0]))
+    numbers.add(pd.Series([3.0]))
+    y, classes = numbers.result()
+    assert classes is None
+    np.testing.assert_array_equal(y, [0.5, 1.0, 3.0])

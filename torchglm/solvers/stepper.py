@@ -19,7 +19,9 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    after a Newton-type step whose decrease of ``E`` matched its quadratic model
    (within a factor 2). Newton-CG's decrement counts only from a CG solve that met
    its residual target, and is confirmed with the exact Hessian where that costs
-   little (truncated CG can miss a nearly flat direction); a Hessian singular to working
+   little (truncated CG can miss a nearly flat direction), elsewhere replaced by an
+   upper bound (:class:`~.certify.ResidualBound`: ``-g^T x`` leaves out ``r^T H^-1 r``)
+   or, where none is available, refused; a Hessian singular to working
    precision with a gradient above rounding along its null directions ends the fit
    unconverged (the optimum is not determined in the dtype). Once Newton's
    quadratic rate predicts convergence, the next pass sums only ``E`` and ``g`` and

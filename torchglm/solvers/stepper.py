@@ -542,7 +542,8 @@ class StepFitter(Fitter):
         gradient along its null directions. Returns whether the fit ended or
         re-evaluates the point."""
         if self.solve.refusal:
-            self._end(False, self.solve.refusal, warn=True)
+            # (a handoff stage's refusal is for the stage that continues to settle: no warning)
+            self._end(False, self.solve.refusal, warn=not self.handoff)
             return True
         if self.solve.exact and self.solve.cg and self.finish.curvature == "full":
             # A Newton-CG decrement: confirm it at this point with the exact Hessian.
@@ -793,7 +794,7 @@ class StepFitter(Fitter):
         resolution = max(self.tol, 100 * torch.finfo(self.dtype).eps) * max(1.0, abs(f0))
         at_boundary = self.separation.at_boundary(self.base)
         if self.solve.refusal and self.newton_like and not at_boundary:
-            return self._end(False, self.solve.refusal, warn=True)
+            return self._end(False, self.solve.refusal, warn=not self.handoff)
         if not (self.newton_like and dec is not None and 0 <= dec <= resolution):
             why = "none (not a Newton-type direction)" if dec is None else f"{dec:.3g}"
             if at_boundary:

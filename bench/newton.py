@@ -129,7 +129,8 @@ def torchglm_method(solver, dtype=None):
         extra = r.extra if isinstance(r.extra, dict) else vars(r.extra)
         # A CG iteration's Hessian-vector product reads the data as a pass does.
         passes = (extra.get("passes") or 0) + sum(extra.get("cg_iterations") or [])
-        return m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy(), r.n_iter, passes
+        W, b = m.linear.weight.detach().numpy(), m.linear.bias.detach().numpy()
+        return W, b, r.n_iter, passes, bool(r.converged)
 
     return run
 
@@ -298,7 +299,7 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
                     walls = []
                     for _ in range(repeats):
                         t0 = time.perf_counter()
-                        W, b, it, *passes = fn(spec["kind"], X, y, tol)
+                        W, b, it, *more = fn(spec["kind"], X, y, tol)
                         walls.append(time.perf_counter() - t0)
                 except Exception as e:  # a peer failing is a result, not a crash
                     runs.append(dict(tol=tol, error=f"{type(e).__name__}: {e}"[:200]))
@@ -307,8 +308,8 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
             runs.append(
                 dict(tol=tol, time_s=wall, n_iter=int(it), objective=objective(spec["kind"], X, y, W, b))
             )
-            if passes:
-                runs[-1]["passes"] = passes[0]
+            # torchglm's fits: their passes and whether they said converged=True
+            runs[-1].update(zip(("passes", "converged"), more))
             if wall > budget_s:
                 break
         rows[label] = runs
@@ -321,7 +322,7 @@ def run_problem(name, spec, quick, budget_s, repeats, only=None):
         entry = dict(runs=runs, reached=bool(ok))
         if ok:
             entry.update(time_s=ok[0]["time_s"], n_iter=ok[0]["n_iter"], tol=ok[0]["tol"])
-            entry.update({"passes": ok[0]["passes"]} if "passes" in ok[0] else {})
+            entry.update({k: ok[0][k] for k in ("passes", "converged") if k in ok[0]})
         elif "objective" in last:
             entry.update(
                 gap=(last["objective"] - best) / abs(best), time_s=last["time_s"], n_iter=last["n_iter"]

@@ -164,7 +164,11 @@ class FitExtra:
         finish_steps: the Newton-type steps after it.
         solver_choice: ``"auto"`` or ``"user"``.
         numerical_warnings: the numerical notes of the fit (name -> count or text).
-        cg_iterations: conjugate-gradient iterations per Newton-CG step.
+        cg_iterations: conjugate-gradient iterations per Newton-CG step (with the
+            Hessian-vector products of its certificate, where one was asked for).
+        cg_certificate: how the last Newton-CG step's decrement was bounded
+            (``decrement_bound = step_part + residual_bound``, the ``bound`` used, the
+            smaller-residual CG solves it ``tightened``); ``None`` where none was.
         rounding_gap: ``E`` at the parameters as stored (the fit's optimum rounded to
             the model's narrower dtype, e.g. a float32 model fitted in float64) minus
             ``E`` at that optimum, evaluated in the fit's dtype.
@@ -184,6 +188,7 @@ class FitExtra:
     solver_choice: str | None = None
     numerical_warnings: dict | None = None
     cg_iterations: list | None = None
+    cg_certificate: dict | None = None
     rounding_gap: float | None = None
     other: dict[str, Any] = field(default_factory=dict)
 

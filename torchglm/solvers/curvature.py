@@ -33,6 +33,28 @@ class Curvature:
             return h if self.weight is None else scale_rows(h, self.weight)
         return d2.unsqueeze(-1) if d2.dim() == 1 else torch.diagonal(d2, dim1=-2, dim2=-1)
 
+    def block_sum(self) -> torch.Tensor:
+        """``sum_i H_i``, shape (m, m): the bias-bias block of ``X~^T H X~`` (the
+        batch's share; ``(1, 1)`` for one output)."""
+        d2 = self.d2
+        if self.probs:
+            w = d2 if self.weight is None else scale_rows(d2, self.weight)
+            return torch.diag(w.sum(0)) - w.T @ d2  # sum_i s_i (diag(mu_i) - mu_i mu_i^T)
+        if d2.dim() == 1:
+            return d2.sum().reshape(1, 1)
+        return d2.sum(0)
+
+    def floor(self) -> torch.Tensor:
+        """A lower bound ``f_i`` on each block, shape (n,): ``H_i >= f_i (I - 11^T/m)``
+        where ``H_i 1 = 0`` (the softmax: for ``u`` orthogonal to ``1``,
+        ``u^T H_i u = s_i Var_{mu_i}(u) >= s_i min_k mu_ik ||u||^2``), ``H_i >= f_i I``
+        otherwise (``h_i`` itself for one output, the least eigenvalue of a block)."""
+        d2 = self.d2
+        if self.probs:
+            f = d2.amin(-1)
+            return f if self.weight is None else f * self.weight
+        return d2 if d2.dim() == 1 else torch.linalg.eigvalsh(d2)[:, 0]
+
     def apply(self, u: torch.Tensor) -> torch.Tensor:
         """``H_i u_i`` for ``u`` of shape (n, m)."""
         d2 = self.d2

@@ -20,7 +20,14 @@ import math
 
 import torch
 
-__all__ = ["cg_solve", "equilibrate", "jacobi_inverse", "newton_direction", "shift_null_projector"]
+__all__ = [
+    "cg_solve",
+    "equilibrate",
+    "jacobi_inverse",
+    "jacobi_preconditioner",
+    "newton_direction",
+    "shift_null_projector",
+]
 
 
 def equilibrate(H: torch.Tensor) -> torch.Tensor:
@@ -145,6 +152,12 @@ def jacobi_inverse(diag: torch.Tensor) -> torch.Tensor:
     )
 
 
+def jacobi_preconditioner(diag: torch.Tensor):
+    """``v -> diag(H)^{-1} v`` (:func:`jacobi_inverse`): CG's default preconditioner."""
+    pre = jacobi_inverse(diag)
+    return lambda v: pre * v
+
+
 def cg_solve(
     hvp,
     g: torch.Tensor,
@@ -153,6 +166,8 @@ def cg_solve(
     max_iter: int | None = None,
     precondition=None,
     floor: float = 0.0,
+    target: float | None = None,
+    start: tuple[torch.Tensor, torch.Tensor] | None = None,
 ):
     """Truncated, preconditioned conjugate gradients for ``H x = -g``.
 
@@ -163,7 +178,9 @@ def cg_solve(
     Residuals are measured in the scale-invariant norm ``||r||_P = sqrt(r^T P r)``;
     CG stops at ``||r||_P <= max(floor, min(forcing, sqrt(||g||_P)) ||g||_P)``
     (Nocedal & Wright 7.1; ``floor``: no more accuracy than the caller can use), at
-    ``max_iter`` products, or on non-positive curvature.
+    ``||r||_P <= target`` where given, at ``max_iter`` products, or on non-positive
+    curvature. ``start = (x0, H x0)`` continues from ``x0`` (a certificate asking
+    for a smaller residual, :class:`~.certify.ResidualBound`).
 
     Returns:
         ``(x, n_iter, exact)``: the step (``-g`` when the first direction already has
@@ -172,31 +189,31 @@ def cg_solve(
         ``-g^T x_k = sum_{j<k} alpha_j r_j^T P r_j > 0`` in exact arithmetic (each term
         positive for ``p_j^T H p_j > 0``); where rounding broke that identity by more
         than a factor 2 (a Hessian singular to working precision, e.g. every sample
-        saturated), ``-g^T x`` is no Newton decrement and ``exact`` is False.
+        saturated), ``-g^T x`` is no Newton decrement and ``exact`` is False. From a
+        ``start``, ``exact`` says only that the target was met (the caller bounds the
+        decrement itself).
     """
     if precondition is None:
-        pre = jacobi_inverse(diag)
-
-        def precondition(v):
-            return pre * v
-
+        precondition = jacobi_preconditioner(diag)
     # Beyond p products only in finite precision (ill-conditioned H), so 2p, capped.
     max_iter = min(max(2 * g.numel(), 50), 500) if max_iter is None else max_iter
     gnorm = math.sqrt(max(float(g @ precondition(g)), 0.0))
-    target = max(min(forcing, math.sqrt(gnorm)) * gnorm, floor)
-    x = torch.zeros_like(g)
-    r = -g
+    if target is None:
+        target = max(min(forcing, math.sqrt(gnorm)) * gnorm, floor)
+    x, r = (torch.zeros_like(g), -g) if start is None else (start[0], -g - start[1])
     z = precondition(r)
     p = z.clone()
     rz = float(r @ z)
     decrease = 0.0  # sum_j alpha_j r_j^T P r_j
     n = 0
+    if start is not None and math.sqrt(max(rz, 0.0)) <= target:
+        return x, n, True
     for n in range(1, max_iter + 1):
         Ap = hvp(p)
         pAp = float(p @ Ap)
         if pAp <= 0:
             # Negative or zero curvature along p: keep what CG has (or -g at first).
-            return (-g if n == 1 else x), n, False
+            return (-g if n == 1 and start is None else x), n, False
         alpha = rz / pAp
         decrease += alpha * rz
         x = x + alpha * p
@@ -205,7 +222,7 @@ def cg_solve(
         rz_new = float(r @ z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
             gx = -float(g @ x)
-            return x, n, 0.5 * decrease <= gx <= 2.0 * decrease
+            return x, n, start is not None or 0.5 * decrease <= gx <= 2.0 * decrease
         p = z + (rz_new / rz) * p
         rz = rz_new
     return x, n, False

@@ -283,6 +283,43 @@ class PassSums:
         all_reduce_sum(out)
         return out / self.weight_sum + self.penalty.curvature(self.mask) * v
 
+    # -- sums of the stored curvature, on demand (a Newton-CG certificate) ---------------
+    def bias_block(self) -> torch.Tensor:
+        """``H_bb``, the exact bias-bias block of the Hessian (``sum_i H_i / S``, shape
+        (m, m); the bias is never penalized), summed from the curvature a ``"hvp"``
+        pass kept: O(n m^2), no pass over the data."""
+        out = torch.zeros(self.m, self.m, dtype=self.theta.dtype, device=self.theta.device)
+        for _, curv in self.stored:
+            out += curv.block_sum()
+        all_reduce_sum(out)
+        return out / self.weight_sum
+
+    def negative_curvature(self) -> int:
+        """The stored samples whose curvature floor (:meth:`.Curvature.floor`) is
+        negative (a non-canonical link away from the optimum): with any, the data part
+        of the Hessian is not known to be positive semidefinite."""
+        count = torch.zeros((), dtype=self.theta.dtype, device=self.theta.device)
+        for _, curv in self.stored:
+            count += (curv.floor() < 0).sum()
+        all_reduce_sum(count)
+        return int(count)
+
+    def gram_floor(self) -> torch.Tensor:
+        """``G = X~^T diag(f) X~ / S`` with the per-sample floors ``f_i`` of
+        :meth:`.Curvature.floor`, shape (d~, d~) in the order ``[features, bias]``: the
+        data part of the Hessian is at least ``G (x) (I - 11^T/m)`` (``G`` itself for
+        one output, where ``f_i = h_i`` makes it exact). Summed from the stored
+        curvature, ``n d~^2`` flops."""
+        dt = self.d + self.has_bias
+        G = torch.zeros(dt, dt, dtype=self.theta.dtype, device=self.theta.device)
+        for x, curv in self.stored:
+            if x.is_sparse:
+                add_hessian_sparse(G, x, curv.floor(), 1, self.d, self.has_bias)
+            else:
+                add_hessian(G, x, curv.floor(), 1, self.d, self.has_bias, "highest")
+        all_reduce_sum(G)
+        return G / self.weight_sum
+
 
 def hessian_and_gradient(
     model: LinearModel, batches: Iterable[Batch], expected: bool = False, dtype: torch.dtype = torch.float64

@@ -73,6 +73,11 @@ class SoftmaxShift:
         c = torch.zeros_like(self.count).index_add(0, self.col, h) / self.count
         return A + self.N * c[self.col].unsqueeze(1)
 
+    def regularize_bias(self, C: torch.Tensor) -> torch.Tensor:
+        """:meth:`regularize` of the bias-bias block ``C`` (m, m) alone (the bias
+        column always has its shift direction): ``C + c 11^T / m``."""
+        return C + C.diagonal().abs().mean() / self.m
+
     def remove(self, v: torch.Tensor) -> torch.Tensor:
         """``v - N v``: ``v`` with its components along the shift directions projected
         out, i.e. each shifted column's mean over the classes subtracted."""

@@ -19,7 +19,9 @@ solver needs at a trial point ``theta + t delta``. At the end of the pass:
    after a Newton-type step whose decrease of ``E`` matched its quadratic model
    (within a factor 2). Newton-CG's decrement counts only from a CG solve that met
    its residual target, and is confirmed with the exact Hessian where that costs
-   little (truncated CG can miss a nearly flat direction); a Hessian singular to working
+   little (truncated CG can miss a nearly flat direction), elsewhere replaced by an
+   upper bound (:class:`~.certify.ResidualBound`: ``-g^T x`` leaves out ``r^T H^-1 r``)
+   or, where none is available, refused; a Hessian singular to working
    precision with a gradient above rounding along its null directions ends the fit
    unconverged (the optimum is not determined in the dtype). Once Newton's
    quadratic rate predicts convergence, the next pass sums only ``E`` and ``g`` and
@@ -78,11 +80,11 @@ from .._validation import (
 )
 from .._validation import warn as _warn  # (_end has a `warn` flag)
 from ..passes import FitResult, Fitter, LinearModel
-from .certify import DecrementTest, Solve
+from .certify import TIGHTEN_MAX, CGCertificate, DecrementTest, ResidualBound, Solve
 from .finish import FINISH_MAX_STEPS, NewtonFinish
 from .layout import flat_parameters, set_flat_parameters
 from .line_search import LineSearch
-from .linalg import cg_solve, newton_direction
+from .linalg import cg_solve, jacobi_preconditioner, newton_direction
 from .pass_sums import PassSums
 from .products import HESSIAN_PRECISIONS
 from .separation import SeparationWatch, boundary_report, separation_report
@@ -539,14 +541,17 @@ class StepFitter(Fitter):
         where that costs little); unconverged where the Hessian is singular with a
         gradient along its null directions. Returns whether the fit ended or
         re-evaluates the point."""
+        if self.solve.refusal:
+            # (a handoff stage's refusal is for the stage that continues to settle: no warning)
+            self._end(False, self.solve.refusal, warn=not self.handoff)
+            return True
         if self.solve.exact and self.solve.cg and self.finish.curvature == "full":
             # A Newton-CG decrement: confirm it at this point with the exact Hessian.
             self.check.verify_full = True
             self._reevaluate()
             return True
         if self.solve.exact:
-            what = "with the previous Hessian, bounded" if stale else "="
-            self._end(True, f"Newton decrement lambda^2 {what} {bound:.3g} <= tol*max(1,|E|)")
+            self._end(True, self._decrement_message(bound, stale))
             return True
         if self.solve.flat_gradient:
             self._end(
@@ -563,6 +568,17 @@ class StepFitter(Fitter):
             )
             return True
         return False
+
+    def _decrement_message(self, bound: float, stale: bool) -> str:
+        cert = self.solve.certificate
+        if self.solve.cg and cert is not None:
+            return (
+                f"Newton decrement lambda^2 <= {bound:.3g} <= tol*max(1,|E|) (Newton-CG: "
+                f"{cert.model:.3g} from the step, {cert.residual:.3g} bounding the residual's "
+                f"r^T H^-1 r by the {cert.kind})"
+            )
+        what = "with the previous Hessian, bounded" if stale else "="
+        return f"Newton decrement lambda^2 {what} {bound:.3g} <= tol*max(1,|E|)"
 
     def _watch_separation(self, s: PassSums, delta: torch.Tensor, step: float) -> bool:
         """Watch a Newton-type step for separation (:class:`~.separation.SeparationWatch`);
@@ -594,7 +610,7 @@ class StepFitter(Fitter):
         if self.shift is not None:
             A = self.shift.regularize(A)
         own = A is s.hess  # this pass's exact Hessian (not a fixed or previous one)
-        self.solve.cg = False
+        self.solve.cg, self.solve.certificate, self.solve.refusal = False, None, ""
         delta, note, flat, self.solve.rcond, hidden, n_neg = newton_direction(A, s.grad)
         # Directions singular to working precision along which the quadratic model
         # still allows a decrease above the tolerance: the decrement cannot certify the
@@ -615,20 +631,92 @@ class StepFitter(Fitter):
         return delta, float(-(s.grad @ delta))
 
     def cg_step(self, s: PassSums, max_cg: int | None = None):
-        """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`)."""
+        """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`). Where
+        its ``-g^T x`` is small enough to certify and no exact Hessian will confirm it
+        (``finish.curvature == "hvp"``), the decrement returned is the upper bound of
+        :meth:`_bounded_cg` instead."""
         self.solve.cg = True
-        # A first-order fit's finish (preconditioned by its L-BFGS pairs) solves no
-        # more accurately than the decrement test can see: ||r||_P^2 <= tol max(1,|E|) / 100
-        # (the decrement's error r^T H^-1 r where the preconditioned curvature is O(1));
-        # superlinear forcing alone asks for ever smaller residuals. Newton-CG's own
-        # steps keep the forcing: on an ill-conditioned Hessian a floored solve stalls.
-        floor = math.sqrt(0.01 * self.tol * max(1.0, abs(float(s.loss)))) if self.finish.active else 0.0
+        self.solve.certificate, self.solve.refusal = None, ""
+        scale = max(1.0, abs(float(s.loss)))
+        # A first-order fit's finish (preconditioned by its L-BFGS pairs) takes steps no
+        # more accurate than ||r||_P^2 <= tol max(1,|E|) / 100 (superlinear forcing alone
+        # asks for ever smaller residuals); a certificate asks for what it needs
+        # (:meth:`_bounded_cg`). Newton-CG's own steps keep the forcing: on an
+        # ill-conditioned Hessian a floored solve stalls.
+        floor = math.sqrt(0.01 * self.tol * scale) if self.finish.active else 0.0
+        precondition = self.cg_preconditioner(s) or jacobi_preconditioner(s.diag)
         x, n_cg, self.solve.exact = cg_solve(
-            s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=self.cg_preconditioner(s), floor=floor
+            s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=precondition, floor=floor
         )
-        self.result.extra.cg_iterations = (self.result.extra.cg_iterations or []) + [n_cg]
         x = self.remove_shift(x)
-        return x, float(-(s.grad @ x))
+        dec = float(-(s.grad @ x))
+        reach = max(self.tol, 100 * torch.finfo(self.dtype).eps) * scale
+        if self.finish.curvature == "hvp" and dec <= reach:
+            x, dec, n_more = self._bounded_cg(s, x, max_cg, precondition, scale)
+            n_cg += n_more
+        self.result.extra.cg_iterations = (self.result.extra.cg_iterations or []) + [n_cg]
+        return x, dec
+
+    def _bounded_cg(self, s: PassSums, x: torch.Tensor, max_cg, precondition, scale: float):
+        """The CG step's decrement bounded from above (:class:`~.certify.ResidualBound`):
+        ``lambda^2 <= -2 m(x) + bound(r^T H^+ r)``. Where the bound alone keeps it above
+        the tolerance, CG continues from ``x`` to the smaller residual the bound asks for
+        (:meth:`~.certify.ResidualBound.target`), up to :data:`~.certify.TIGHTEN_MAX` times. A step whose
+        own part is within the tolerance but whose bound is not (or has none) sets
+        ``solve.refusal``: the fit ends unconverged on it. Returns ``(step, decrement
+        to test, Hessian-vector products taken)``."""
+        bound = ResidualBound(s, self.shift, self.model.l2, precondition)
+        cert = bound.certificate(x)
+        products, allowed = cert.products, self.tol * scale
+        pre = bound.cg_precondition()
+        # Below this the residual H x + g is rounding (relative to the gradient's size).
+        least = 100 * torch.finfo(self.dtype).eps * math.sqrt(max(float(s.grad @ pre(s.grad)), 0.0))
+        while (
+            cert.model <= allowed < cert.bound and math.isfinite(cert.bound) and cert.tightened < TIGHTEN_MAX
+        ):
+            target = bound.target(cert, allowed - cert.model)
+            if target < least:
+                break
+            x, n, met = cg_solve(
+                s.hvp,
+                s.grad,
+                s.diag,
+                max_iter=max_cg,
+                precondition=pre,
+                target=target,
+                start=(cert.step, cert.product),
+            )
+            tightened = cert.tightened + 1
+            cert = bound.certificate(self.remove_shift(x))
+            cert.tightened, products = tightened, products + n + cert.products
+            if not met:
+                break
+        self.solve.certificate = cert
+        if cert.model <= allowed < cert.bound:
+            self.solve.refusal = self._refusal(bound, cert)
+        if self.solve.refusal or not math.isfinite(cert.bound):
+            # No certificate from this step: its own part only steers the fit on.
+            self.solve.exact = False
+            return cert.step, cert.model, products
+        self.solve.exact = True  # the bound holds for any x, met target or not
+        return cert.step, cert.bound, products
+
+    def _refusal(self, bound: ResidualBound, cert: CGCertificate) -> str:
+        """Why a CG step's small decrement cannot certify, and what would."""
+        if bound.kind is None:
+            why = bound.why
+        else:
+            why = (
+                f"its bound on the CG residual's share r^T H^-1 r ({bound.kind}) is "
+                f"{cert.residual:.3g} after {cert.tightened} smaller-residual CG solve(s)"
+            )
+        p = self.theta.numel()
+        remedy = "a larger L2 penalty" if self.model.l2 > 0 else "an L2 penalty (l2 > 0)"
+        return (
+            f"Newton-CG cannot certify the optimum: the step's decrement {cert.model:.3g} is "
+            f"within tol*max(1,|E|), but {why}; {remedy} bounds that share, or "
+            f"solver='newton' gives the exact decrement where the {p} x {p} Hessian fits in memory"
+        )
 
     def cg_preconditioner(self, s: PassSums):
         """``v -> P v`` for Newton-CG, or ``None`` for Jacobi's ``diag(H)^{-1}``."""
@@ -705,6 +793,8 @@ class StepFitter(Fitter):
         dec = self.decrement
         resolution = max(self.tol, 100 * torch.finfo(self.dtype).eps) * max(1.0, abs(f0))
         at_boundary = self.separation.at_boundary(self.base)
+        if self.solve.refusal and self.newton_like and not at_boundary:
+            return self._end(False, self.solve.refusal, warn=not self.handoff)
         if not (self.newton_like and dec is not None and 0 <= dec <= resolution):
             why = "none (not a Newton-type direction)" if dec is None else f"{dec:.3g}"
             if at_boundary:
@@ -786,6 +876,8 @@ class StepFitter(Fitter):
                 hessian=None if hess is None else hess.detach(),
             )
         r.extra.update(passes=self.n_passes, dtype=str(self.dtype), numerical_warnings=dict(self.notes))
+        if self.solve.cg and self.solve.certificate is not None:
+            r.extra.cg_certificate = self.solve.certificate.report()
         if self.finish.active:
             r.extra.finish_steps = self.finish.steps(r.n_iter)
             r.message = (

@@ -382,6 +382,13 @@ def test_make_fitter_and_auto():
     assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"
     assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 10_000, 10_000 * 64) == "lbfgs"
     assert choose_solver(LogisticRegression(20), 1_000, 20_000) == "newton"
+    # by cost: a Newton iteration of at most AUTO_NEWTON_MAX_PRODUCTS Hessian-vector
+    # products (n d K each) is exact Newton, a dearer one Newton-CG
+    assert choose_solver(LogisticRegression(140, l2=1e-2), 5_000, 5_000 * 140) == "newton"  # 143
+    assert choose_solver(SoftmaxRegression(40, 5, l2=1e-2), 3_000, 3_000 * 40) == "newton"  # 131
+    assert choose_solver(SoftmaxRegression(30, 10, l2=1e-2), 4_000, 4_000 * 30) == "newton"  # 184
+    assert choose_solver(LogisticRegression(300, l2=1e-2), 5_000, 5_000 * 300) == "newton-cg"  # 308
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"  # 443
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}
     x, y = spector()
     m = LogisticRegression(3)

@@ -118,7 +118,7 @@ def test_expected_equals_observed_for_canonical_logit():
 @pytest.mark.parametrize(
     "family,link", [("bernoulli", "probit"), ("categorical", "softmax"), ("gamma", "log")]
 )
-@pytest.mark.parametrize("transposed_max", [0, 2**18])
+@pytest.mark.parametrize("transposed_max", [0, 30, 2**18])  # none, some, every batch
 def test_hessian_vector_product_without_forming_h(family, link, transposed_max, monkeypatch):
     """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v, with the
     stored batches' products ``x V^T`` and, for small batches, ``(V x^T)^T`` (a kept
@@ -137,7 +137,9 @@ def test_hessian_vector_product_without_forming_h(family, link, transposed_max, 
     v = torch.randn(theta.numel(), generator=torch.Generator().manual_seed(1))
     H = hessian(flat_objective(m, x, y, w))(theta)
     assert torch.allclose(sums.hvp(v), H @ v, rtol=1e-10, atol=1e-13)
-    assert len(sums._xt) == (len(sums.stored) if transposed_max else 0)
+    # batches of 9 x 3 entries: x^T kept for none, the first only, every one
+    expected = {0: 0, 30: 1, 2**18: len(sums.stored)}[transposed_max]
+    assert len(sums._xt) == expected and sum(t.numel() for t in sums._xt.values()) <= transposed_max
     assert torch.allclose(sums.hvp(2 * v), 2 * H @ v, rtol=1e-10, atol=1e-13)
     assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)
 

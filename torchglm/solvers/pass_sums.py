@@ -24,8 +24,8 @@ from .sparse_rows import SparseRows
 
 __all__ = ["PassSums", "hessian_and_gradient"]
 
-#: Stored dense batches of at most this many entries keep a contiguous ``x^T`` for the
-#: Hessian-vector products (:meth:`PassSums._jvp`): 2 MB in float64.
+#: Stored dense batches keep a contiguous ``x^T`` for the Hessian-vector products
+#: (:meth:`PassSums._jvp`) up to this many entries in all: 2 MB in float64.
 HVP_TRANSPOSED_MAX = 2**18
 
 
@@ -115,6 +115,7 @@ class PassSums:
         self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_jvp`)
+        self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
         self.mask = penalty_mask(model, **opts)
 
@@ -296,14 +297,23 @@ class PassSums:
         (MKL, one thread, 1,797 x 64: 171 against 328 us), and a Newton-CG fit makes
         hundreds of them; a large batch is not copied (its products are memory-bound), nor one on an accelerator."""
         x = self.stored[i][0]
-        if x.is_sparse or x.device.type != "cpu" or x.numel() > HVP_TRANSPOSED_MAX:
+        xt = self._xt.get(i)
+        if xt is None and self._xt_fits(x):
+            xt = self._xt[i] = x.T.contiguous()
+        if xt is None:
             u = x @ V.T
             return u if c is None else u + c
-        xt = self._xt.get(i)
-        if xt is None:
-            xt = self._xt[i] = x.T.contiguous()
         u = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
         return u.T
+
+    def _xt_fits(self, x) -> bool:
+        """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within
+        :data:`HVP_TRANSPOSED_MAX` entries with the ones already kept (many small batches
+        of a large design are not copied whole)."""
+        if x.is_sparse or x.device.type != "cpu" or self._xt_kept + x.numel() > HVP_TRANSPOSED_MAX:
+            return False
+        self._xt_kept += x.numel()
+        return True
 
 
 def hessian_and_gradient(

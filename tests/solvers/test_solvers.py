@@ -399,13 +399,14 @@ def test_make_fitter_and_auto():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_auto_fits_a_small_wide_problem_by_newton_cg(sparse):
-    # 300 x 200 (60,000 stored entries): exact Newton's d~ = 201 > 128, small enough
-    # for Newton-CG; a sparse design counts its stored values
+    # 300 x 400 (120,000 stored entries): exact Newton's d~ = 401 > 128 and its iteration
+    # costs 580 Hessian-vector products (> AUTO_NEWTON_MAX_PRODUCTS), small enough for
+    # Newton-CG; a sparse design counts its stored values
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 200, generator=gen, dtype=torch.float64)
+    x = torch.randn(300, 400, generator=gen, dtype=torch.float64)
     y = (x[:, 0] + torch.randn(300, generator=gen, dtype=torch.float64) > 0).to(torch.float64)
-    r = fit(LogisticRegression(200, l2=1e-2), x.to_sparse_csr() if sparse else x, y)
-    ref = LogisticRegression(200, l2=1e-2)
+    r = fit(LogisticRegression(400, l2=1e-2), x.to_sparse_csr() if sparse else x, y)
+    ref = LogisticRegression(400, l2=1e-2)
     fit(ref, x, y, solver="lbfgs", tol=1e-14)
     assert r.solver == "newton-cg" and r.converged
     assert abs(r.extra.loss - float(ref.objective(x, y))) <= 1e-10 * abs(r.extra.loss)

@@ -36,6 +36,9 @@ __all__ = [
     "Cauchit",
     "LINKS",
     "get_link",
+    "log_softmax",
+    "softmax",
+    "SHORT_SOFTMAX_MAX_CLASSES",
 ]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
@@ -452,6 +455,45 @@ class NegativeReciprocal(Link):
         return eta < 0
 
 
+#: At most this many classes: :func:`log_softmax` and :func:`softmax` on a CPU write the
+#: max-shifted formula out (one reduction for the max, one for the sum, elementwise work
+#: between), where torch's CPU kernel over a short last dimension took about three times
+#: as long (float64, one thread: 1,797 x 10, 282 against 80 us; 100,000 x 10, 15.4
+#: against 4.8 ms; 11,000 x 20, 1.9 against 0.7 ms); at 100 classes they are even, and
+#: beyond torch's own is faster.
+SHORT_SOFTMAX_MAX_CLASSES = 32
+
+
+def _short_rows(eta: torch.Tensor) -> bool:
+    """Whether :func:`log_softmax` / :func:`softmax` write the formula out for ``eta``:
+    a short last dimension on a CPU, outside autograd (whose graph keeps torch's op)."""
+    return (
+        eta.shape[-1] <= SHORT_SOFTMAX_MAX_CLASSES
+        and eta.device.type == "cpu"
+        and not (eta.requires_grad and torch.is_grad_enabled())
+    )
+
+
+def log_softmax(eta: torch.Tensor) -> torch.Tensor:
+    """``log softmax(eta)`` over the last dimension, ``z - log sum_k exp(z_k)`` with
+    ``z = eta - max_k eta_k`` (so ``exp`` never overflows and the sum is at least 1):
+    ``torch.log_softmax``'s arithmetic, written out for a short last dimension on a CPU
+    (:data:`SHORT_SOFTMAX_MAX_CLASSES`)."""
+    if not _short_rows(eta):
+        return torch.log_softmax(eta, dim=-1)
+    z = eta - eta.amax(-1, keepdim=True)
+    return z.sub_(z.exp().sum(-1, keepdim=True).log_())
+
+
+def softmax(eta: torch.Tensor) -> torch.Tensor:
+    """``softmax(eta)`` over the last dimension, ``exp(z) / sum_k exp(z_k)`` with the
+    max-shifted ``z`` of :func:`log_softmax` (same dispatch)."""
+    if not _short_rows(eta):
+        return torch.softmax(eta, dim=-1)
+    z = (eta - eta.amax(-1, keepdim=True)).exp_()
+    return z.div_(z.sum(-1, keepdim=True))
+
+
 @register
 class Softmax(Link):
     """``mu_k = exp(eta_k) / sum_j exp(eta_j)`` over the last dimension (the lecture notes, §10).
@@ -467,15 +509,15 @@ class Softmax(Link):
         return torch.log(mu)
 
     def inverse(self, eta):
-        return torch.softmax(eta, dim=-1)
+        return softmax(eta)
 
     def inverse_derivative(self, eta):
         """Jacobian d mu / d eta: ``diag(mu) - mu mu^T`` per row, shape (..., K, K)."""
-        mu = torch.softmax(eta, dim=-1)
+        mu = softmax(eta)
         return torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
 
     def log_inverse(self, eta):
-        return torch.log_softmax(eta, dim=-1)
+        return log_softmax(eta)
 
 
 @register

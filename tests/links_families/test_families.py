@@ -272,3 +272,31 @@ def test_dispersion_is_pearson_over_df_resid():
     ref = float((w * (y - mu) ** 2 / mu**2).sum() / 3)
     assert float(gam.dispersion(y, mu, w, 3)) == pytest.approx(ref)
     assert float(get_family("poisson").dispersion(y, mu, w, 3)) == 1.0
+
+
+@pytest.mark.parametrize("K", [2, 3, 10, 32, 33, 200])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_short_softmax_equals_torchs(K, dtype):
+    """``links.log_softmax`` / ``links.softmax`` (the max-shifted formula written out for
+    at most SHORT_SOFTMAX_MAX_CLASSES classes on a CPU, torch's kernel otherwise) equal
+    torch's to rounding, also for eta of +-1e4 (no overflow: the shift makes the largest
+    term exp(0)) and with a -inf entry; under autograd torch's own op is used."""
+    from torchglm.links import SHORT_SOFTMAX_MAX_CLASSES, log_softmax, softmax
+
+    g = torch.Generator().manual_seed(K)
+    eta = (torch.randn(257, K, generator=g, dtype=torch.float64) * 30).to(dtype)
+    eta[0] = 1e4
+    eta[1, 0] = -1e4
+    eta[2, -1] = float("-inf")
+    eps = torch.finfo(dtype).eps
+    ref_log, ref = torch.log_softmax(eta, dim=-1), torch.softmax(eta, dim=-1)
+    finite = torch.isfinite(ref_log)
+    got_log = log_softmax(eta)
+    assert torch.equal(torch.isfinite(got_log), finite)
+    assert torch.allclose(got_log[finite], ref_log[finite], rtol=16 * eps, atol=16 * eps * 1e4)
+    assert torch.allclose(softmax(eta), ref, rtol=16 * eps, atol=16 * eps)
+    assert torch.allclose(softmax(eta).sum(-1), torch.ones(257, dtype=dtype), atol=4 * K * eps)
+    if K > SHORT_SOFTMAX_MAX_CLASSES:  # torch's own kernel: the same bits
+        assert torch.equal(got_log, ref_log) and torch.equal(softmax(eta), ref)
+    e = eta.clone().requires_grad_(True)
+    assert log_softmax(e).grad_fn.name().startswith("LogSoftmax")

@@ -492,3 +492,26 @@ def test_l2_inf_from_a_scikit_learn_wrapper_is_refused():
     # C so small that l2 = 1 / (C n) overflows to inf
     with pytest.raises(InputError, match="^l2: expected a finite non-negative number, got inf"):
         SkLogistic(C=1e-320).fit(x.numpy(), y.numpy())
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("order", ["C", "F"])
+def test_feature_gate_reads_the_columns_once(dtype, order):
+    """``check_features(magnitude=True)`` takes finiteness and both magnitude bounds from
+    one read of the column extremes: they equal torch's per-column ``amin``/``amax``
+    (NumPy's reductions for float32/float64 on a CPU, torch's otherwise), and a NaN or
+    an inf still gets the finiteness message with its count and first index."""
+    from torchglm._validation import _column_extremes, check_features
+
+    x = torch.randn(70, 3, dtype=torch.float64).to(dtype)
+    x = x if order == "C" else x.T.contiguous().T
+    lo, hi = _column_extremes(x)
+    assert torch.equal(lo, x.amin(0)) and torch.equal(hi, x.amax(0))
+    check_features("X", x, 3, magnitude=True)
+    for bad, what in ((float("nan"), r"\(1 NaN, 0 inf\)"), (float("-inf"), r"\(0 NaN, 1 inf\)")):
+        y = x.clone()
+        y[41, 2] = bad
+        with pytest.raises(
+            InputError, match=rf"X: expected finite values .*{what}, first at index \(41, 2\)"
+        ):
+            check_features("X", y, 3, magnitude=True)

@@ -118,10 +118,15 @@ def test_expected_equals_observed_for_canonical_logit():
 @pytest.mark.parametrize(
     "family,link", [("bernoulli", "probit"), ("categorical", "softmax"), ("gamma", "log")]
 )
-def test_hessian_vector_product_without_forming_h(family, link):
-    """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v."""
+@pytest.mark.parametrize("transposed_max", [0, 30, 2**18])  # none, some, every batch
+def test_hessian_vector_product_without_forming_h(family, link, transposed_max, monkeypatch):
+    """PassSums.hvp (newton-cg) equals torch.func.hessian(objective) @ v, with the
+    stored batches' products ``x V^T`` and, for small batches, ``(V x^T)^T`` (a kept
+    contiguous ``x^T``, reused by the next product)."""
+    from torchglm.solvers import pass_sums
     from torchglm.solvers.pass_sums import PassSums
 
+    monkeypatch.setattr(pass_sums, "HVP_TRANSPOSED_MAX", transposed_max)
     m, x, y, w = _model_and_data(family, link)
     theta = flat_parameters(m)
     sums = PassSums(m, theta, "hvp")
@@ -132,6 +137,10 @@ def test_hessian_vector_product_without_forming_h(family, link):
     v = torch.randn(theta.numel(), generator=torch.Generator().manual_seed(1))
     H = hessian(flat_objective(m, x, y, w))(theta)
     assert torch.allclose(sums.hvp(v), H @ v, rtol=1e-10, atol=1e-13)
+    # batches of 9 x 3 entries: x^T kept for none, the first only, every one
+    expected = {0: 0, 30: 1, 2**18: len(sums.stored)}[transposed_max]
+    assert len(sums._xt) == expected and sum(t.numel() for t in sums._xt.values()) <= transposed_max
+    assert torch.allclose(sums.hvp(2 * v), 2 * H @ v, rtol=1e-10, atol=1e-13)
     assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)
 
 

@@ -382,6 +382,13 @@ def test_make_fitter_and_auto():
     assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"
     assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 10_000, 10_000 * 64) == "lbfgs"
     assert choose_solver(LogisticRegression(20), 1_000, 20_000) == "newton"
+    # by cost: a Newton iteration of at most AUTO_NEWTON_MAX_PRODUCTS Hessian-vector
+    # products (n d K each) is exact Newton, a dearer one Newton-CG
+    assert choose_solver(LogisticRegression(140, l2=1e-2), 5_000, 5_000 * 140) == "newton"  # 143
+    assert choose_solver(SoftmaxRegression(40, 5, l2=1e-2), 3_000, 3_000 * 40) == "newton"  # 131
+    assert choose_solver(SoftmaxRegression(30, 10, l2=1e-2), 4_000, 4_000 * 30) == "newton"  # 184
+    assert choose_solver(LogisticRegression(300, l2=1e-2), 5_000, 5_000 * 300) == "newton-cg"  # 308
+    assert choose_solver(SoftmaxRegression(64, 10, l2=1e-2), 1_797, 1_797 * 64) == "newton-cg"  # 443
     assert set(SOLVERS) >= {"newton", "irls", "newton-cg", "lbfgs", "gd", "coordinate"}
     x, y = spector()
     m = LogisticRegression(3)
@@ -392,13 +399,14 @@ def test_make_fitter_and_auto():
 
 @pytest.mark.parametrize("sparse", [False, True])
 def test_auto_fits_a_small_wide_problem_by_newton_cg(sparse):
-    # 300 x 200 (60,000 stored entries): exact Newton's d~ = 201 > 128, small enough
-    # for Newton-CG; a sparse design counts its stored values
+    # 300 x 400 (120,000 stored entries): exact Newton's d~ = 401 > 128 and its iteration
+    # costs 580 Hessian-vector products (> AUTO_NEWTON_MAX_PRODUCTS), small enough for
+    # Newton-CG; a sparse design counts its stored values
     gen = torch.Generator().manual_seed(0)
-    x = torch.randn(300, 200, generator=gen, dtype=torch.float64)
+    x = torch.randn(300, 400, generator=gen, dtype=torch.float64)
     y = (x[:, 0] + torch.randn(300, generator=gen, dtype=torch.float64) > 0).to(torch.float64)
-    r = fit(LogisticRegression(200, l2=1e-2), x.to_sparse_csr() if sparse else x, y)
-    ref = LogisticRegression(200, l2=1e-2)
+    r = fit(LogisticRegression(400, l2=1e-2), x.to_sparse_csr() if sparse else x, y)
+    ref = LogisticRegression(400, l2=1e-2)
     fit(ref, x, y, solver="lbfgs", tol=1e-14)
     assert r.solver == "newton-cg" and r.converged
     assert abs(r.extra.loss - float(ref.objective(x, y))) <= 1e-10 * abs(r.extra.loss)

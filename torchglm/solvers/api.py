@@ -47,6 +47,18 @@ AUTO_SMALL_MAX_ENTRIES = 2.5e6
 #: fitted by exact Newton whatever its width (:func:`choose_solver`).
 AUTO_SMALL_NEWTON_MAX_FLOPS = 1e7
 
+#: A small problem is fitted by exact Newton where its iteration costs at most this
+#: many Hessian-vector products' reads of the design (``nnz(X) K`` each): the Hessian's
+#: products run at GEMM speed, Newton-CG's at matrix-vector speed, and Newton-CG takes
+#: 2-3 times the iterations with 3-70 products each. Measured with both solvers to the
+#: same optimum (CPU seconds, one thread, C = 10; Newton in float32 with its float64
+#: polish where ``auto`` works so), Newton / Newton-CG at a cost of: 131 products
+#: (3,000 x 40, K = 5) 0.52; 143 (5,000 x 140, binary) 0.92; 184 (4,000 x 30, K = 10)
+#: 0.84; 203 (10,000 x 200) 0.78; 308 (5,000 x 300) 1.12; 357 (8,000 x 60, K = 10)
+#: 1.33; 443 (digits) 0.98-1.08; 719 (3,000 x 200, K = 5) 2.45; 1,169 (2,000 x 1,000)
+#: 1.52; 2,445 (1,000 x 100, K = 20) 14.
+AUTO_NEWTON_MAX_PRODUCTS = 250
+
 
 def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: int | None = None) -> str:
     """The solver ``auto`` picks from the model's shape.
@@ -66,10 +78,13 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
     million entries and two classes), is fitted by exact Newton where its iteration
     costs at most ``AUTO_SMALL_NEWTON_MAX_FLOPS`` (15 samples of 30 features in 3
     classes: its quadratic convergence lands on the optimum to rounding, where
-    Newton-CG's truncated steps stop at the tolerance), else by Newton-CG: a pass there costs
+    Newton-CG's truncated steps stop at the tolerance) or at most
+    ``AUTO_NEWTON_MAX_PRODUCTS`` Hessian-vector products (``n_entries K`` each: the
+    cost of the choice, measured at both sides), else by Newton-CG: a pass there costs
     little next to a step's fixed work, and Newton-CG reaches the optimum in 10-20
     steps where L-BFGS took 130-190 (digits, C = 10: 32 passes and 1.1 s against
-    192 passes and 1.4 s). A larger one, or an unpenalized one (whose optimum may not
+    192 passes and 1.4 s; its Newton iteration costs 443 products, and exact Newton's
+    10 Hessian passes took as long as Newton-CG's 336 products). A larger one, or an unpenalized one (whose optimum may not
     exist: separated classes, where L-BFGS's finishing Newton-CG step is what
     declines the certificate), is fitted by L-BFGS, whose fit then ends with a
     Newton-CG verification (on a sparse design :func:`fit` gives it
@@ -92,7 +107,10 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
         return "lbfgs"
     d = model.n_features + model.has_intercept
     newton_flops = n_samples * d * cost + (model.n_outputs * d) ** 3 / 3
-    return "newton" if newton_flops <= AUTO_SMALL_NEWTON_MAX_FLOPS else "newton-cg"
+    products = newton_flops / max(n_entries * model.n_outputs, 1)  # in Hessian-vector products
+    if newton_flops <= AUTO_SMALL_NEWTON_MAX_FLOPS or products <= AUTO_NEWTON_MAX_PRODUCTS:
+        return "newton"
+    return "newton-cg"
 
 
 #: The L-BFGS memory ``auto`` gives a sparse design, where its pairs fit in the

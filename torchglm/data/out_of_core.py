@@ -83,6 +83,17 @@ class _NpyFile:
         flat = np.fromfile(f, dtype=self.dtype, count=(stop - start) * self.row_items)
         return flat.reshape((stop - start,) + tuple(self.shape[1:]))
 
+    def rows_into(self, f, start: int, stop: int, buffer: np.ndarray) -> np.ndarray:
+        """Rows ``start:stop`` read into the leading rows of ``buffer`` (of this file's
+        dtype and row shape, at least ``stop - start`` rows), returned as a view: a pass
+        that reads every span into one buffer allocates nothing per span, so the
+        allocator has no span-sized holes to keep (``bench/cli_memory.py``)."""
+        out = buffer[: stop - start]
+        f.seek(self.offset + start * self.row_items * self.dtype.itemsize)
+        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise fail(self.what, f"a .npy file of shape {self.shape}", f"{self.path.name} cut short")
+        return out
+
 
 class NpyBatches:
     """Batches read from ``.npy`` files a chunk at a time (out-of-core).
@@ -312,8 +323,30 @@ def parse_size(value, name: str = "memory_budget") -> int:
     return int(size)
 
 
-#: rows standardized at a time by :meth:`StreamedRows.read`
+#: file rows read at a time by :meth:`StreamedRows.read` (and the streamed ``.npy``'s
+#: statistics): buffers of a few MB, reused from span to span
 _SPAN = 4096
+
+
+class _Spans:
+    """The buffers a pass over a ``.npy`` file reads its spans into: ``raw`` (a span of
+    file rows), ``picked`` (the rows kept, in the file's dtype) and ``work`` (their
+    features in float64). A pass that allocated them per span (or per 65,536-row
+    chunk) left the allocator span-sized holes between longer-lived blocks: a
+    streamed ``train.py`` run grew by 150-200 MB that way (``bench/cli_memory.py``)."""
+
+    def __init__(self, file: "_NpyFile", n_features: int):
+        shape = (_SPAN, *file.shape[1:])
+        self.raw = np.empty(shape, dtype=file.dtype)
+        self.picked = np.empty(shape, dtype=file.dtype)
+        self.work = torch.empty((_SPAN, n_features), dtype=torch.float64)
+
+
+def _column_index(columns: list[int]) -> slice | list[int]:
+    """``columns`` as a slice when they are consecutive (a view, no copy), else the list."""
+    if columns and columns == list(range(columns[0], columns[0] + len(columns))):
+        return slice(columns[0], columns[0] + len(columns))
+    return columns
 
 
 class StreamedRows:
@@ -345,23 +378,38 @@ class StreamedRows:
             self.file.path, self.rows[start:stop], self.columns, self.mean, self.scale, self.dtype
         )
 
-    def read(self, f, start: int, stop: int) -> torch.Tensor:
-        """Positions ``start:stop`` of these rows: one contiguous read of the file span."""
+    def read(self, f, start: int, stop: int, spans: "_Spans | None" = None) -> torch.Tensor:
+        """Positions ``start:stop`` of these rows, standardized: the file is read
+        :data:`_SPAN` rows at a time into the buffers of ``spans`` (made here when not
+        given; :meth:`blocks` makes one per pass), the rows among them picked,
+        and ``(x - mean) / scale`` formed in float64 in place, then cast."""
         r = self.rows[start:stop]
         out = torch.empty((len(r), len(self.columns)), dtype=self.dtype)
-        # a span of rows at a time: the float64 temporaries stay a few MB, whatever the batch
-        for a in range(0, len(r), _SPAN):
-            s = r[a : a + _SPAN]
-            block = self.file.rows(f, int(s[0]), int(s[-1]) + 1)
-            x = torch.from_numpy(block[np.ix_(s - s[0], self.columns)].astype(np.float64, copy=False))
-            out[a : a + len(s)] = (x - self.mean) / self.scale
+        if not len(r):
+            return out
+        spans = spans or _Spans(self.file, len(self.columns))
+        cols = _column_index(self.columns)
+        a, last = 0, int(r[-1])
+        for lo in range(int(r[0]), last + 1, _SPAN):
+            hi = min(lo + _SPAN, last + 1)
+            b = a + int(np.searchsorted(r[a:], hi))
+            if b == a:
+                continue
+            block = self.file.rows_into(f, lo, hi, spans.raw)
+            picked = np.take(block, r[a:b] - lo, axis=0, out=spans.picked[: b - a])
+            z = spans.work[: b - a]
+            z.copy_(torch.from_numpy(picked)[:, cols])
+            out[a:b] = z.sub_(self.mean).div_(self.scale)
+            a = b
         return out
 
     def blocks(self, batch_size: int) -> Iterator[torch.Tensor]:
-        """These rows in order, ``batch_size`` at a time: one positioned read each."""
+        """These rows in order, ``batch_size`` at a time: each batch read through one
+        set of span buffers for the pass."""
+        spans = _Spans(self.file, len(self.columns))
         with open(self.file.path, "rb") as f:
             for i in range(0, len(self.rows), batch_size):
-                yield self.read(f, i, min(i + batch_size, len(self.rows)))
+                yield self.read(f, i, min(i + batch_size, len(self.rows)), spans)
 
     def __getitem__(self, index) -> torch.Tensor:
         if not isinstance(index, slice) or index.step not in (None, 1):

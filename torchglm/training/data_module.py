@@ -230,7 +230,6 @@ class GLMDataModule(pl.LightningDataModule):
             self.splitting,
             standardize=self.standardize,
             dtype=self.dtype,
-            chunk=self.batch_size or 65536,
             memory_budget=self.memory_budget,
         )
         self.feature_mean, self.feature_scale = source.mean, source.scale

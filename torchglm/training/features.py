@@ -484,10 +484,16 @@ class StreamedStandardization:
     def add_moments(self, x: np.ndarray) -> None:
         if not len(x):
             return
-        u = np.asarray(x, dtype=np.float64) / np.where(self.m > 0, self.m, 1.0)
+        # torch's column sums are cascaded (NumPy's down a column are sequential):
+        # the rounding of standardization()'s own reductions, whatever the chunk
+        u = torch.as_tensor(np.asarray(x, dtype=np.float64)) / torch.from_numpy(
+            np.where(self.m > 0, self.m, 1.0)
+        )
         k, mu = len(u), u.mean(0)
+        u.sub_(mu)
+        mu = mu.numpy()
         delta = mu - self.mean_u
-        self.m2 += ((u - mu) ** 2).sum(0) + delta**2 * self.count * k / (self.count + k)
+        self.m2 += u.square_().sum(0).numpy() + delta**2 * self.count * k / (self.count + k)
         self.mean_u += delta * k / (self.count + k)
         self.count += k
 

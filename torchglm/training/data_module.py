@@ -243,6 +243,16 @@ class GLMDataModule(pl.LightningDataModule):
             )
         self.targets = Targets(source.y, source.weight, source.classes)
 
+    def close(self) -> None:
+        """Remove the temporary file of a streamed table's encoded rows
+        (:class:`~torchglm.data.out_of_core.TemporaryNpy`; ``train.py`` calls this when
+        a run ends, whether it succeeded or not). The streamed splits cannot be read
+        afterwards; nothing else changes, and a second call does nothing."""
+        for x, _ in self._splits.values():
+            keep = getattr(x, "keep", None)
+            if keep is not None:
+                keep.remove()
+
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the
         same rows (:func:`~torchglm._validation.check_targets`, one message), then the

@@ -2,8 +2,8 @@
 stream (:func:`streams`: a plain 2-D ``.npy`` or a CSV/TSV/Parquet table), and their
 splits with the training rows' standardization (:func:`streamed_source`: a table's
 through :func:`~.streamed_table.stream_table`, a ``.npy``'s by :func:`streamed_splits`),
-each split a :class:`~torchglm.data.out_of_core.StreamedRows` (or
-:class:`~torchglm.data.out_of_core.TableRows`) read a batch at a time by
+each split a :class:`~torchglm.data.out_of_core.StreamedRows` (of the file, or of
+a table's encoded rows) read a batch at a time by
 :class:`~torchglm.data.out_of_core.StreamedBatches`.
 
 What stays in memory is the targets (float64, every row, for the target gate, and
@@ -199,14 +199,7 @@ def _statistics(npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, 
             check_finite("X", x, i)
             y[i : i + len(block)] = block[:, col]
             stats.add_max(x.numpy()[train[i : i + len(block)]])
-        if standardize:
-            for i in range(0, n, _SPAN):
-                t = np.flatnonzero(train[i : i + _SPAN])
-                if len(t):
-                    block = npy.rows_into(f, i, min(i + _SPAN, n), spans.raw)
-                    picked = np.take(block, t, axis=0, out=spans.picked[: len(t)])
-                    x = spans.work[: len(t)]
-                    x.copy_(torch.from_numpy(picked)[:, cols])
-                    stats.add_moments(x.numpy())
+    if standardize:
+        stats.add_file_moments(npy, columns, train)
     mean, scale = stats.result(standardize)
     return y, mean, scale, digest

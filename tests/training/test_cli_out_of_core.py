@@ -152,3 +152,22 @@ def test_streamed_splits_keep_compact_row_numbers(tmp_path):
     dm = GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000)
     dm.setup("fit")
     assert [dm.split(k)[0].rows.dtype for k in ("train", "val", "test")] == [np.dtype(np.int32)] * 3
+
+
+@pytest.mark.parametrize(
+    "scale, dtype, message",
+    [(1e200, "float64", "sums of squares cannot overflow"), (1e-30, "float32", "do not underflow")],
+)
+def test_a_streamed_npy_refuses_magnitudes_as_memory_does(tmp_path, scale, dtype, message):
+    """Unstandardized features whose squares overflow (or underflow) the model's dtype
+    are refused streamed as they are loaded: the same check, the same words."""
+    xy = np.load(_npy(tmp_path))
+    xy[:, 1] *= scale
+    np.save(tmp_path / "big.npy", xy)
+    errors = []
+    for budget in ("1GB", 1000):
+        dm = GLMDataModule(str(tmp_path / "big.npy"), standardize=False, dtype=dtype, memory_budget=budget)
+        with pytest.raises(InputError, match=message) as err:
+            dm.setup("fit")
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]

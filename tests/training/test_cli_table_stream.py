@@ -307,3 +307,13 @@ def test_the_feature_spec_fit_is_a_sum_over_chunks():
         assert many.fill["site"] == one.fill["site"]
         for c in ("x1", "x2"):  # partial sums added exactly: equal to rounding
             assert many.fill[c] == pytest.approx(one.fill[c], rel=1e-14)
+
+
+def test_a_streamed_table_refuses_magnitudes_as_memory_does(tmp_path, small_chunks):
+    frame = _table()
+    frame["x1"] = [c if c == "" else f"{float(c) * 1e200:.6g}" for c in frame["x1"]]
+    path = _write(frame, tmp_path / "data.csv")
+    options = {"categorical": ["site"], "missing": "mean", "standardize": False}
+    loaded = _setup_error(path, **options)
+    assert "sums of squares cannot overflow" in loaded
+    assert _setup_error(path, memory_budget=100, **options) == loaded

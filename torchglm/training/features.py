@@ -23,7 +23,7 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from .._validation import fail
+from .._validation import check_magnitude, fail
 from ..data.out_of_core import _SPAN, _column_index, _NpyFile, _Spans
 
 __all__ = [
@@ -463,6 +463,10 @@ class LabelCodes:
         return rank[np.concatenate(self.codes)].astype(np.float64), [names[i] for i in order]
 
 
+#: what a magnitude refusal of the standardized features tells the user to do
+MAGNITUDE_REMEDY = "standardize the features (data.standardize: true) or rescale them"
+
+
 class StreamedStandardization:
     """:func:`standardization` of training rows given a chunk at a time, in two
     passes over them: the column maxima ``m_j`` (:meth:`add_max`), then the mean
@@ -477,10 +481,34 @@ class StreamedStandardization:
     def __init__(self, n_features: int):
         self.m = np.zeros(n_features)
         self.count, self.mean_u, self.m2 = 0, np.zeros(n_features), np.zeros(n_features)
+        self.lo, self.hi = torch.full((n_features,), math.inf, dtype=torch.float64), None
+        self.n_rows = 0
 
     def add_max(self, x: np.ndarray) -> None:
         if len(x):
             self.m = np.maximum(self.m, np.abs(x).max(0))
+
+    def add_range(self, x: torch.Tensor) -> None:
+        """Every row's (not only the training rows'): the column minima and maxima."""
+        if len(x):
+            lo, hi = torch.aminmax(x, dim=0)
+            self.lo = torch.minimum(self.lo, lo)
+            self.hi = hi if self.hi is None else torch.maximum(self.hi, hi)
+            self.n_rows += len(x)
+
+    def check_magnitude(self, mean: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> None:
+        """The in-memory path's :func:`~torchglm._validation.check_magnitude` of the
+        standardized features, from the column minima and maxima (:meth:`add_range`):
+        ``(x - mean) / scale`` is increasing in ``x``, so those two rows, standardized
+        as every row is (:func:`standardize`), hold the data's extremes and column
+        magnitudes.
+
+        Raises:
+            InputError: standardized features whose squares overflow or underflow ``dtype``.
+        """
+        if self.hi is not None:
+            z = standardize(torch.stack([self.lo, self.hi]), mean, scale, dtype)
+            check_magnitude("X", z, remedy=MAGNITUDE_REMEDY, n_samples=self.n_rows)
 
     def add_moments(self, x: np.ndarray) -> None:
         if not len(x):

@@ -156,7 +156,8 @@ def streamed_splits(
     its targets, and the training split's standardization (:func:`_statistics`).
 
     Raises:
-        InputError: non-finite features or targets, a split with no row.
+        InputError: non-finite features or targets, standardized features whose
+            squares overflow or underflow ``dtype`` (as in memory), a split with no row.
     """
     n = npy.shape[0]
     parts = split.parts(n)
@@ -166,7 +167,7 @@ def streamed_splits(
         which[idx.numpy()] = k
     names = list(parts)
     del parts, idx
-    y, mean, scale, digest = _statistics(npy, col, columns, which == 0, standardize)
+    y, mean, scale, digest = _statistics(npy, col, columns, which == 0, standardize, dtype)
     yt = torch.from_numpy(y)
     check_finite("y", yt)
     index = np.int32 if n < 2**31 else np.int64
@@ -178,7 +179,9 @@ def streamed_splits(
     return StreamedSource(x, rows, yt, None, None, mean, scale, features, None, 0, digest.hexdigest())
 
 
-def _statistics(npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, standardize: bool):
+def _statistics(
+    npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, standardize: bool, dtype: torch.dtype
+):
     """Two passes over a streamed ``.npy``, :data:`~torchglm.data.out_of_core._SPAN`
     rows at a time through one set of buffers: its targets, the finiteness check, the
     data digest and the training rows' column maxima, then their moments
@@ -199,7 +202,9 @@ def _statistics(npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, 
             check_finite("X", x, i)
             y[i : i + len(block)] = block[:, col]
             stats.add_max(x.numpy()[train[i : i + len(block)]])
+            stats.add_range(x)
     if standardize:
         stats.add_file_moments(npy, columns, train)
     mean, scale = stats.result(standardize)
+    stats.check_magnitude(mean, scale, dtype)
     return y, mean, scale, digest

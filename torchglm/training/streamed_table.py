@@ -139,7 +139,8 @@ def stream_table(
     Raises:
         InputError: what the in-memory path refuses, with the same messages: a
             missing cell (naming the column and rows), text in a numeric column, no
-            row left, a split without rows, non-finite features or weights.
+            row left, a split without rows, non-finite features or weights,
+            standardized features whose squares overflow or underflow ``dtype``.
     """
     where = f"data file '{source}'"
     names = frame_columns(source)
@@ -170,7 +171,7 @@ def stream_table(
     encoded = TemporaryNpy(n, len(spec.names))
     try:
         mean, scale, digest = _statistics(
-            source, spec, part, chunk_rows, standardize, where, yt, extras, encoded
+            source, spec, part, chunk_rows, standardize, dtype, where, yt, extras, encoded
         )
     except BaseException:
         encoded.remove()  # nothing half-written is left behind
@@ -247,7 +248,7 @@ def _kept_chunks(source, part: np.ndarray, chunk_rows: int) -> Iterator[tuple[An
         first += len(frame)
 
 
-def _statistics(source, spec, part, chunk_rows, standardize, where, y, extras, encoded: TemporaryNpy):
+def _statistics(source, spec, part, chunk_rows, standardize, dtype, where, y, extras, encoded: TemporaryNpy):
     """Steps 3 and 4: every kept row encoded (finite; the digest) and written to
     ``encoded``, the training rows' column maxima, then their moments, read back from
     ``encoded`` (:meth:`~.features.StreamedStandardization.add_file_moments`)."""
@@ -261,6 +262,7 @@ def _statistics(source, spec, part, chunk_rows, standardize, where, y, extras, e
         encoded.write(x)
         train.append(label == 0)
         stats.add_max(x[train[-1]])
+        stats.add_range(torch.from_numpy(x))
     encoded.close()
     if standardize:
         stats.add_file_moments(
@@ -270,4 +272,5 @@ def _statistics(source, spec, part, chunk_rows, standardize, where, y, extras, e
         digest.update(t.numpy().tobytes())
     digest.update(repr(spec.state()).encode())
     mean, scale = stats.result(standardize)
+    stats.check_magnitude(mean, scale, dtype)
     return mean, scale, digest.hexdigest()

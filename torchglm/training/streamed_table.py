@@ -97,10 +97,25 @@ def table_roles(
     if target not in names:
         raise fail("target", f"a column of '{source}' (one of {names})", repr(target))
     special = {r: c for r, c in (("weight", weight), ("offset", offset)) if c}
+    return target, special, feature_roles(names, source, features, special, target)
+
+
+def feature_roles(
+    names: list[str], source: str, features, special: dict[str, str], target: str | None = None
+) -> list[str]:
+    """The feature columns among a file's columns ``names``: ``features``, by default
+    every column but the target and the weight/offset columns (``special``, by role),
+    which must be columns of the file (a table's, or a numeric file's besides its
+    target).
+
+    Raises:
+        InputError: a weight/offset column the file lacks; a feature column the file
+            lacks or that is the target, weight or offset; no feature column.
+    """
     for role, col in special.items():
         if col not in names:
             raise fail(role, f"a column of '{source}' ({names})", repr(col))
-    reserved = [target, *special.values()]
+    reserved = [c for c in (target, *special.values()) if c is not None]
     if features is None:
         features = [n for n in names if n not in reserved]
     else:
@@ -110,7 +125,7 @@ def table_roles(
             raise fail("features", f"feature columns of '{source}' other than target/weight/offset", bad)
     if not features:
         raise fail(f"data file '{source}'", "at least one feature column besides the target", names)
-    return target, special, features
+    return features
 
 
 def stream_table(

@@ -20,8 +20,8 @@ and the per-row targets, never the features:
 The split is the data module's (``parts``: a permutation of the kept rows, as in
 memory); a split's rows are then read from the encoded file in file order (a pass
 is a sum over rows) by :class:`~torchglm.data.out_of_core.StreamedRows`, as a
-streamed ``.npy``'s are: the text is parsed three or four times in all, never once
-per pass.
+streamed ``.npy``'s are: the text is parsed twice in all (three times with
+imputation), never once per pass.
 """
 
 from __future__ import annotations

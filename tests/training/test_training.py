@@ -227,6 +227,10 @@ def test_the_rank_auroc_is_scikit_learns_roc_auc_exactly(levels):
     nan = RankAUROC()
     nan.update(torch.tensor([0.2, float("nan"), 0.4]), torch.tensor([1, 0, 0]))
     assert np.isnan(float(nan.compute()))
+    half = RankAUROC()  # a bf16-mixed run's scores
+    half.update(torch.from_numpy(p[:5000]).to(torch.bfloat16), torch.from_numpy(y[:5000]))
+    low = torch.from_numpy(p[:5000]).to(torch.bfloat16).float().numpy()
+    assert float(half.compute()) == pytest.approx(roc_auc_score(y[:5000], low), rel=1e-14)
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

@@ -137,7 +137,10 @@ class RankAUROC(Metric):
         self.target.append(target.detach().flatten().to(torch.uint8))
 
     def compute(self) -> torch.Tensor:
-        scores = dim_zero_cat(self.preds).cpu().numpy()
+        scores = dim_zero_cat(self.preds).cpu()
+        if scores.dtype not in (torch.float32, torch.float64):
+            scores = scores.float()  # bfloat16/half scores: exactly, in the same order
+        scores = scores.numpy()
         positive = dim_zero_cat(self.target).cpu().numpy().astype(bool)
         if np.isnan(scores).any():
             return torch.tensor(float("nan"), dtype=torch.float64)

@@ -11,12 +11,13 @@ Each fit runs in its own process, which reports its own peak RSS (``VmHWM`` of
 ``getrusage``'s ``ru_maxrss``, which a process started by ``fork`` + ``exec``
 inherits from its parent)::
 
-    python bench/cli_memory.py --rows 2000000 --cols 50
+    python bench/cli_memory.py --rows 2000000 --cols 50 --repeat 3   # every path 3 times
     python bench/cli_memory.py --rows 200000 --cols 50 --skip-loaded   # a smaller check
     python bench/cli_memory.py --format csv --rows 1000000 --cols 20
 
-Prints one line per path: peak RSS in MB, wall seconds, and the ratio to the first
-path (the Python path; ``train.py`` streamed for a table), and writes them to
+Prints one line per path and repeat: peak RSS in MB, wall seconds, and the ratio to
+the first path of the same repeat (the Python path; ``train.py`` streamed for a
+table), and writes them (a list per path, one entry per repeat) to
 ``bench/results/cli_memory.json`` (``.npy``) or ``cli_memory_<format>.json`` (a table).
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,6 +104,7 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=50)
     parser.add_argument("--format", choices=["npy", "csv", "tsv", "parquet"], default="npy")
     parser.add_argument("--skip-loaded", action="store_true", help="skip the in-memory train.py run")
+    parser.add_argument("--repeat", type=int, default=1, help="run every path this many times (one file)")
     args = parser.parse_args()
     n, d, fmt = args.rows, args.cols, args.format
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,40 +113,61 @@ def main() -> None:
         subprocess.run([sys.executable, __file__, "--write", str(tmp), str(n), str(d), fmt], check=True)
         source = tmp / ("xy.npy" if fmt == "npy" else f"table.{fmt}")
         size = _file_bytes(source)
-        rows = {}
-        if fmt == "npy":
-            rows["python (NpyBatches + run_passes)"] = _run(
-                PYTHON_PATH, str(tmp / "x.npy"), str(tmp / "y.npy"), str(d)
-            )
         budgets = {"train.py streamed": size // 2}
         if not args.skip_loaded:
             budgets["train.py loaded"] = size * 2
-        for name, budget in budgets.items():
-            cfg = tmp / f"{budget}.yaml"
-            cfg.write_text((CONFIG if fmt == "npy" else TABLE_CONFIG).format(source=source, budget=budget))
-            rows[name] = _run(CLI_PATH, "--config", str(cfg), "--run_dir", str(tmp / f"run_{budget}"))
-            metrics = json.loads((tmp / f"run_{budget}" / "metrics.json").read_text())
-            assert metrics["fit"]["converged"], metrics["fit"]
-            assert bool(metrics["data"].get("streamed")) == (name == "train.py streamed"), metrics["data"]
-        base = next(iter(rows.values()))[0]
+        repeats, loads = [], []
+        for _ in range(args.repeat):
+            loads.append(os.getloadavg()[0])
+            repeats.append(_paths(fmt, tmp, source, d, budgets))
+        base = [next(iter(rows.values()))[0] for rows in repeats]
         what = f"{n} x {d} float32 .npy" if fmt == "npy" else f"{n} x ({d} numeric + category + label) .{fmt}"
         print(f"{what} ({source.stat().st_size / 1e6:.0f} MB on disk, {size / 1e6:.0f} MB of values)")
-        for name, (mb, seconds, first) in rows.items():
-            print(f"{name:<34} peak RSS {mb:8.0f} MB  {seconds:7.1f} s  x{mb / base:.2f}  ({first})")
+        for rows, b, load in zip(repeats, base, loads):
+            for name, (mb, seconds, first) in rows.items():
+                print(
+                    f"{name:<34} peak RSS {mb:8.0f} MB  {seconds:7.1f} s  x{mb / b:.2f}  ({first}; load {load:.1f})"
+                )
         result = {
             "data": what,
             "rows": n,
             "cols": d,
             "file_mb": source.stat().st_size / 1e6,
             "load": os.getloadavg(),
+            "load_before_each_repeat": loads,
             "threads": os.environ.get("OMP_NUM_THREADS", "1"),
+            # one entry per repeat in each list; ratio: to the first path of the same repeat
             "runs": {
-                k: {"peak_rss_mb": mb, "seconds": s, "ratio": mb / base} for k, (mb, s, _) in rows.items()
+                name: {
+                    "peak_rss_mb": [rows[name][0] for rows in repeats],
+                    "seconds": [rows[name][1] for rows in repeats],
+                    "ratio": [rows[name][0] / b for rows, b in zip(repeats, base)],
+                }
+                for name in repeats[0]
             },
         }
         out = ROOT / "bench" / "results" / ("cli_memory.json" if fmt == "npy" else f"cli_memory_{fmt}.json")
         out.parent.mkdir(exist_ok=True)
         out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+def _paths(fmt: str, tmp: Path, source: Path, d: int, budgets: dict[str, int]) -> dict[str, tuple]:
+    """One run of every path: ``{name: (peak MB, seconds, first output word)}``."""
+    rows = {}
+    if fmt == "npy":
+        rows["python (NpyBatches + run_passes)"] = _run(
+            PYTHON_PATH, str(tmp / "x.npy"), str(tmp / "y.npy"), str(d)
+        )
+    for name, budget in budgets.items():
+        cfg = tmp / f"{budget}.yaml"
+        cfg.write_text((CONFIG if fmt == "npy" else TABLE_CONFIG).format(source=source, budget=budget))
+        run = tmp / f"run_{budget}"
+        shutil.rmtree(run, ignore_errors=True)
+        rows[name] = _run(CLI_PATH, "--config", str(cfg), "--run_dir", str(run))
+        metrics = json.loads((run / "metrics.json").read_text())
+        assert metrics["fit"]["converged"], metrics["fit"]
+        assert bool(metrics["data"].get("streamed")) == (name == "train.py streamed"), metrics["data"]
+    return rows
 
 
 def _file_bytes(path: Path) -> int:

@@ -359,6 +359,7 @@ def check_magnitude(
     extremes: tuple[float, float] | None = None,
     remedy: str = "rescale the data",
     column_max: torch.Tensor | None = None,
+    n_samples: int | None = None,
 ) -> None:
     """Check that sums of squares of ``t`` can neither overflow nor underflow its dtype.
 
@@ -379,7 +380,10 @@ def check_magnitude(
 
     ``extremes``: ``t``'s smallest and largest value when already known
     (:func:`check_finite` returns them); ``remedy``: what the message tells the user to do;
-    ``column_max``: a 2-D ``t``'s ``max_i |t_ij|`` per column when already known.
+    ``column_max``: a 2-D ``t``'s ``max_i |t_ij|`` per column when already known;
+    ``n_samples``: the rows of the data when ``t`` stands for them (data streamed from
+    disk: the two rows of its column minima and maxima have the data's extremes and
+    column magnitudes; default ``t.shape[0]``).
 
     Raises:
         InputError: naming the largest (or the smallest column's) magnitude and the bound.
@@ -393,7 +397,8 @@ def check_magnitude(
         extremes = tuple(float(v) for v in torch.aminmax(values))  # one pass, no |values| copy
     lo, hi = extremes
     dtype = str(t.dtype).replace("torch.", "")
-    bound = math.sqrt(torch.finfo(t.dtype).max / max(int(t.shape[0]), 1))
+    n = int(t.shape[0]) if n_samples is None else int(n_samples)
+    bound = math.sqrt(torch.finfo(t.dtype).max / max(n, 1))
     largest = max(-lo, hi)
     if largest > bound:
         raise fail(

@@ -119,3 +119,32 @@ def test_csv_batches_read_by_the_one_csv_reader(tmp_path):
         InputError, match=r"^path '.*bom.csv' line 3 column 'b': expected numeric values, got 'oops'$"
     ):
         CSVBatches(path, "y", batch_size=2, shard=False)
+
+
+def test_streamed_rows_read_spans_into_reused_buffers(tmp_path):
+    """Every span of a pass is read into the same buffers (no span-sized allocation
+    per read), the rows picked and standardized as ``(x - mean) / scale`` in float64;
+    a file shorter than its header says is one InputError."""
+    from torchglm.data.out_of_core import _SPAN, StreamedRows, _NpyFile, _Spans
+
+    rng = np.random.default_rng(0)
+    xy = rng.normal(size=(2 * _SPAN + 7, 4))
+    path = tmp_path / "xy.npy"
+    np.save(path, xy)
+    rows = np.flatnonzero(rng.random(len(xy)) < 0.4).astype(np.int32)
+    mean, scale = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([2.0, 0.5, 3.0])
+    split = StreamedRows(path, rows, [0, 2, 3], mean, scale, torch.float32)
+    expected = ((torch.from_numpy(xy[rows][:, [0, 2, 3]]) - mean) / scale).to(torch.float32)
+    spans = _Spans(split.file, 3)
+    buffers = (spans.raw.ctypes.data, spans.picked.ctypes.data, spans.work.data_ptr())
+    with open(path, "rb") as f:
+        got = torch.cat(
+            [split.read(f, i, min(i + 1000, len(rows)), spans) for i in range(0, len(rows), 1000)]
+        )
+    assert torch.equal(got, expected)
+    assert (spans.raw.ctypes.data, spans.picked.ctypes.data, spans.work.data_ptr()) == buffers
+    assert torch.equal(torch.cat(list(split.blocks(333))), expected)
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size - 8)
+    with open(path, "rb") as f, pytest.raises(InputError, match="cut short"):
+        _NpyFile(path, "source").rows_into(f, len(xy) - 3, len(xy), spans.raw)

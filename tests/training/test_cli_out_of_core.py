@@ -5,6 +5,7 @@ the fit equals the in-memory one."""
 from __future__ import annotations
 
 import json
+import itertools
 import subprocess
 import sys
 
@@ -129,20 +130,44 @@ def test_a_trimmed_heap_gives_a_freed_batch_buffer_back():
     assert freed < 4 and trimmed >= 15, (freed, trimmed)
 
 
-def test_streamed_passes_trim_the_heap_after_each_pass(tmp_path, monkeypatch):
+def test_streamed_passes_trim_the_heap_even_when_the_last_batch_is_not_followed(tmp_path, monkeypatch):
+    """Lightning's loops take ``len(batches)`` batches and never ask for another: the
+    trims come when a pass starts and before its last batch, not after it."""
     import torchglm.training.streamed as streamed
 
-    calls = []
-    monkeypatch.setattr(streamed, "trim_heap", lambda: calls.append(1))
+    taken = []
+    monkeypatch.setattr(streamed, "trim_heap", lambda: taken.append(len(seen)))
     dm = GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000)
     dm.setup("fit")
     batches = dm.train_batches()
     for _ in range(2):
-        n = sum(1 for _ in batches)
-    assert n == len(batches) == 4 and calls == [1, 1]
+        seen = []
+        for batch in itertools.islice(iter(batches), len(batches)):
+            seen.append(batch)
+        assert len(seen) == len(batches) == 4
+    assert taken == [0, 3, 0, 3]
 
 
 def test_streamed_splits_keep_compact_row_numbers(tmp_path):
     dm = GLMDataModule(str(_npy(tmp_path)), batch_size=500, memory_budget=1000)
     dm.setup("fit")
     assert [dm.split(k)[0].rows.dtype for k in ("train", "val", "test")] == [np.dtype(np.int32)] * 3
+
+
+@pytest.mark.parametrize(
+    "scale, dtype, message",
+    [(1e200, "float64", "sums of squares cannot overflow"), (1e-30, "float32", "do not underflow")],
+)
+def test_a_streamed_npy_refuses_magnitudes_as_memory_does(tmp_path, scale, dtype, message):
+    """Unstandardized features whose squares overflow (or underflow) the model's dtype
+    are refused streamed as they are loaded: the same check, the same words."""
+    xy = np.load(_npy(tmp_path))
+    xy[:, 1] *= scale
+    np.save(tmp_path / "big.npy", xy)
+    errors = []
+    for budget in ("1GB", 1000):
+        dm = GLMDataModule(str(tmp_path / "big.npy"), standardize=False, dtype=dtype, memory_budget=budget)
+        with pytest.raises(InputError, match=message) as err:
+            dm.setup("fit")
+        errors.append(str(err.value))
+    assert errors[0] == errors[1]

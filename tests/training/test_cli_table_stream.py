@@ -124,28 +124,68 @@ def test_a_streamed_table_fits_and_predicts_as_in_memory(tmp_path, capsys, small
 
 
 def test_the_streamed_path_never_reads_the_table_whole(tmp_path, monkeypatch, small_chunks):
+    """Chunks only, and a fixed number of parses: the scan passes (rows, fill values,
+    encoding) read the text, the fit's passes read the encoded rows."""
     path = _write(_table(), tmp_path / "data.csv")
 
     def whole(*args, **kwargs):
         raise AssertionError("the table was read whole")
 
-    chunked = files.iter_frames
+    chunked, parses = files.iter_frames, []
 
     def only_chunks(path, role="data file", chunk_rows=files.CHUNK_ROWS):
         if chunk_rows is None:
             whole()
+        parses.append(path)
         return chunked(path, role, chunk_rows)
 
     for module in (files, sources):
         for reader in ("read_frame", "read_table"):
             if hasattr(module, reader):
                 monkeypatch.setattr(module, reader, whole)
-    for module in (files, out_of_core, streamed_table):
+    for module in (files, streamed_table):
         monkeypatch.setattr(module, "iter_frames", only_chunks)
     run = tmp_path / "run"
     cfg = _config(tmp_path, path, categorical="[site]", missing="mean")
     assert main(["--config", cfg, "--data.memory_budget", "100", "--run_dir", str(run)]) == 0
-    assert json.loads((run / "metrics.json").read_text())["data"]["streamed"]
+    metrics = json.loads((run / "metrics.json").read_text())
+    assert metrics["data"]["streamed"] and metrics["fit"]["epochs"] >= 4
+    assert len(parses) == 3  # the scan, the fill values, the encoding
+
+
+def test_the_encoded_rows_are_a_temporary_file_removed_after_the_fit_and_after_a_failure(
+    tmp_path, monkeypatch, capsys, small_chunks
+):
+    import tempfile
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    frame = _table()
+    path = _write(frame, tmp_path / "data.csv")
+    cfg = _config(tmp_path, path, categorical="[site]", missing="mean")
+    written = []
+    real = out_of_core.TemporaryNpy.__init__
+
+    def spy(self, *args, **kwargs):
+        real(self, *args, **kwargs)
+        written.append(self.path)
+
+    monkeypatch.setattr(out_of_core.TemporaryNpy, "__init__", spy)
+    assert main(["--config", cfg, "--data.memory_budget", "100", "--run_dir", str(tmp_path / "run")]) == 0
+    assert len(written) == 1 and written[0].parent == scratch and not list(scratch.iterdir())
+    # a run refused after the rows were encoded (sgd cannot take streamed rows)
+    sgd = ["--config", cfg, "--model.solver", "sgd", "--data.memory_budget", "100"]
+    assert main([*sgd, "--run_dir", str(tmp_path / "sgd")]) == 2
+    assert len(written) == 2 and not list(scratch.iterdir())
+    # a failure while the rows are encoded (an infinite cell) leaves nothing behind
+    frame.loc[400, "x2"] = "inf"
+    _write(frame, path)
+    with pytest.raises(InputError, match="finite"):
+        GLMDataModule(
+            str(path), target="label", categorical=["site"], missing="mean", memory_budget=100
+        ).setup("fit")
+    assert len(written) == 3 and not list(scratch.iterdir())
 
 
 def _setup_error(path, **kwargs) -> str:
@@ -267,3 +307,13 @@ def test_the_feature_spec_fit_is_a_sum_over_chunks():
         assert many.fill["site"] == one.fill["site"]
         for c in ("x1", "x2"):  # partial sums added exactly: equal to rounding
             assert many.fill[c] == pytest.approx(one.fill[c], rel=1e-14)
+
+
+def test_a_streamed_table_refuses_magnitudes_as_memory_does(tmp_path, small_chunks):
+    frame = _table()
+    frame["x1"] = [c if c == "" else f"{float(c) * 1e200:.6g}" for c in frame["x1"]]
+    path = _write(frame, tmp_path / "data.csv")
+    options = {"categorical": ["site"], "missing": "mean", "standardize": False}
+    loaded = _setup_error(path, **options)
+    assert "sums of squares cannot overflow" in loaded
+    assert _setup_error(path, memory_budget=100, **options) == loaded

@@ -203,6 +203,36 @@ def test_metrics_match_sklearn(multiclass):
     assert out["ece"] == pytest.approx(ece, abs=1e-6)
 
 
+@pytest.mark.parametrize("levels", [None, 7])
+def test_the_rank_auroc_is_scikit_learns_roc_auc_exactly(levels):
+    """The binary AUROC as the Mann-Whitney statistic: scikit-learn's value (ties, when
+    the scores take few values, counting one half) to rounding, by batches; 0 for one
+    class (as torchmetrics reports), NaN for a NaN score."""
+    from sklearn.metrics import roc_auc_score
+
+    from torchglm.training.metrics import RankAUROC
+
+    rng = np.random.default_rng(3)
+    p = rng.random(150_000).astype(np.float32)
+    if levels:
+        p = (np.round(p * levels) / levels).astype(np.float32)
+    y = (rng.random(len(p)) < p).astype(np.int64)
+    metric = RankAUROC()
+    for i in range(0, len(p), 8192):
+        metric.update(torch.from_numpy(p[i : i + 8192]), torch.from_numpy(y[i : i + 8192]))
+    assert float(metric.compute()) == pytest.approx(roc_auc_score(y, p), rel=1e-14)
+    one = RankAUROC()
+    one.update(torch.tensor([0.2, 0.9]), torch.tensor([1, 1]))
+    assert float(one.compute()) == 0.0
+    nan = RankAUROC()
+    nan.update(torch.tensor([0.2, float("nan"), 0.4]), torch.tensor([1, 0, 0]))
+    assert np.isnan(float(nan.compute()))
+    half = RankAUROC()  # a bf16-mixed run's scores
+    half.update(torch.from_numpy(p[:5000]).to(torch.bfloat16), torch.from_numpy(y[:5000]))
+    low = torch.from_numpy(p[:5000]).to(torch.bfloat16).float().numpy()
+    assert float(half.compute()) == pytest.approx(roc_auc_score(y[:5000], low), rel=1e-14)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_checkpoint_round_trip_predicts_raw_features(tmp_path, dtype):
     from sklearn.datasets import load_wine

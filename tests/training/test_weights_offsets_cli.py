@@ -4,6 +4,8 @@ binomial proportions with trials match statsmodels GLM fitted on the training sp
 import json
 from pathlib import Path
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -157,3 +159,20 @@ def test_predict_adds_the_offset_column(tmp_path, capsys):
     npz_without = tmp_path / "without.npz"
     np.savez(npz_without, a=new["a"].to_numpy(), b=new["b"].to_numpy())
     refused(npz_without, "with columns [a, b]")
+
+
+def test_a_numeric_file_takes_its_roles_as_a_table_does(tmp_path):
+    """The weight/offset and feature checks of a numeric .npz are the table's
+    (one function): the same words, and a file left without a feature column is refused."""
+    rng = np.random.default_rng(0)
+    columns = {"a": rng.normal(size=40), "w": rng.uniform(1, 2, size=40), "y": rng.integers(0, 2, size=40)}
+    np.savez(tmp_path / "d.npz", **columns)
+    pd.DataFrame(columns).to_csv(tmp_path / "d.csv", index=False)
+    for options, message in (
+        ({"weight": "w", "features": ["a", "w"]}, "features: expected feature columns of '{}' other than"),
+        ({"weight": "w", "features": []}, "data file '{}': expected at least one feature column"),
+    ):
+        for name in ("d.npz", "d.csv"):
+            path = str(tmp_path / name)
+            with pytest.raises(InputError, match=re.escape(message.format(path))):
+                GLMDataModule(path, target="y", **options).setup()

@@ -10,6 +10,9 @@ contiguous shard of the rows (:func:`torchglm.distributed.shard_range`).
 
 from __future__ import annotations
 
+import os
+import tempfile
+import weakref
 import zipfile
 from pathlib import Path
 from typing import Iterator
@@ -20,14 +23,14 @@ import torch
 from .._validation import check_finite, check_positive, existing_file, fail, optional_import
 from ..distributed import shard_range
 from .batches import Batch
-from .files import TABLE_SUFFIXES, csv_layout, iter_csv, iter_frames
+from .files import csv_layout, iter_csv
 
 __all__ = [
     "NpyBatches",
     "ParquetBatches",
     "CSVBatches",
     "StreamedRows",
-    "TableRows",
+    "TemporaryNpy",
     "StreamedBatches",
     "file_bytes",
     "parse_size",
@@ -82,6 +85,17 @@ class _NpyFile:
         f.seek(self.offset + start * self.row_items * self.dtype.itemsize)
         flat = np.fromfile(f, dtype=self.dtype, count=(stop - start) * self.row_items)
         return flat.reshape((stop - start,) + tuple(self.shape[1:]))
+
+    def rows_into(self, f, start: int, stop: int, buffer: np.ndarray) -> np.ndarray:
+        """Rows ``start:stop`` read into the leading rows of ``buffer`` (of this file's
+        dtype and row shape, at least ``stop - start`` rows), returned as a view: a pass
+        that reads every span into one buffer allocates nothing per span, so the
+        allocator has no span-sized holes to keep (``bench/cli_memory.py``)."""
+        out = buffer[: stop - start]
+        f.seek(self.offset + start * self.row_items * self.dtype.itemsize)
+        if f.readinto(memoryview(out).cast("B")) != out.nbytes:
+            raise fail(self.what, f"a .npy file of shape {self.shape}", f"{self.path.name} cut short")
+        return out
 
 
 class NpyBatches:
@@ -312,8 +326,30 @@ def parse_size(value, name: str = "memory_budget") -> int:
     return int(size)
 
 
-#: rows standardized at a time by :meth:`StreamedRows.read`
+#: file rows read at a time by :meth:`StreamedRows.read` (and the streamed ``.npy``'s
+#: statistics): buffers of a few MB, reused from span to span
 _SPAN = 4096
+
+
+class _Spans:
+    """The buffers a pass over a ``.npy`` file reads its spans into: ``raw`` (a span of
+    file rows), ``picked`` (the rows kept, in the file's dtype) and ``work`` (their
+    features in float64). A pass that allocated them per span (or per 65,536-row
+    chunk) left the allocator span-sized holes between longer-lived blocks: a
+    streamed ``train.py`` run grew by 150-200 MB that way (``bench/cli_memory.py``)."""
+
+    def __init__(self, file: "_NpyFile", n_features: int):
+        shape = (_SPAN, *file.shape[1:])
+        self.raw = np.empty(shape, dtype=file.dtype)
+        self.picked = np.empty(shape, dtype=file.dtype)
+        self.work = torch.empty((_SPAN, n_features), dtype=torch.float64)
+
+
+def _column_index(columns: list[int]) -> slice | list[int]:
+    """``columns`` as a slice when they are consecutive (a view, no copy), else the list."""
+    if columns and columns == list(range(columns[0], columns[0] + len(columns))):
+        return slice(columns[0], columns[0] + len(columns))
+    return columns
 
 
 class StreamedRows:
@@ -323,10 +359,14 @@ class StreamedRows:
 
     ``rows`` are file row indices in increasing order (any integer dtype); ``z = (x - mean) / scale``
     is computed in float64 and cast to ``dtype``, as the in-memory path does.
+    ``keep``: an object these rows (and their :meth:`subset` s) keep alive, the
+    :class:`TemporaryNpy` of a file written for them.
     """
 
-    def __init__(self, path: Path, rows: np.ndarray, columns: list[int], mean, scale, dtype: torch.dtype):
-        self.file = _NpyFile(Path(path), "source")
+    def __init__(
+        self, path: Path, rows: np.ndarray, columns: list[int], mean, scale, dtype: torch.dtype, keep=None
+    ):
+        self.file, self.keep = _NpyFile(Path(path), "source"), keep
         rows = np.asarray(rows)
         # row numbers stay in their integer dtype (int32 below 2**31 rows: half the memory)
         self.rows = rows if rows.dtype.kind in "iu" else rows.astype(np.int64)
@@ -342,26 +382,41 @@ class StreamedRows:
 
     def subset(self, start: int, stop: int) -> "StreamedRows":
         return StreamedRows(
-            self.file.path, self.rows[start:stop], self.columns, self.mean, self.scale, self.dtype
+            self.file.path, self.rows[start:stop], self.columns, self.mean, self.scale, self.dtype, self.keep
         )
 
-    def read(self, f, start: int, stop: int) -> torch.Tensor:
-        """Positions ``start:stop`` of these rows: one contiguous read of the file span."""
+    def read(self, f, start: int, stop: int, spans: "_Spans | None" = None) -> torch.Tensor:
+        """Positions ``start:stop`` of these rows, standardized: the file is read
+        :data:`_SPAN` rows at a time into the buffers of ``spans`` (made here when not
+        given; :meth:`blocks` makes one per pass), the rows among them picked,
+        and ``(x - mean) / scale`` formed in float64 in place, then cast."""
         r = self.rows[start:stop]
         out = torch.empty((len(r), len(self.columns)), dtype=self.dtype)
-        # a span of rows at a time: the float64 temporaries stay a few MB, whatever the batch
-        for a in range(0, len(r), _SPAN):
-            s = r[a : a + _SPAN]
-            block = self.file.rows(f, int(s[0]), int(s[-1]) + 1)
-            x = torch.from_numpy(block[np.ix_(s - s[0], self.columns)].astype(np.float64, copy=False))
-            out[a : a + len(s)] = (x - self.mean) / self.scale
+        if not len(r):
+            return out
+        spans = spans or _Spans(self.file, len(self.columns))
+        cols = _column_index(self.columns)
+        a, last = 0, int(r[-1])
+        for lo in range(int(r[0]), last + 1, _SPAN):
+            hi = min(lo + _SPAN, last + 1)
+            b = a + int(np.searchsorted(r[a:], hi))
+            if b == a:
+                continue
+            block = self.file.rows_into(f, lo, hi, spans.raw)
+            picked = np.take(block, r[a:b] - lo, axis=0, out=spans.picked[: b - a])
+            z = spans.work[: b - a]
+            z.copy_(torch.from_numpy(picked)[:, cols])
+            out[a:b] = z.sub_(self.mean).div_(self.scale)
+            a = b
         return out
 
     def blocks(self, batch_size: int) -> Iterator[torch.Tensor]:
-        """These rows in order, ``batch_size`` at a time: one positioned read each."""
+        """These rows in order, ``batch_size`` at a time: each batch read through one
+        set of span buffers for the pass."""
+        spans = _Spans(self.file, len(self.columns))
         with open(self.file.path, "rb") as f:
             for i in range(0, len(self.rows), batch_size):
-                yield self.read(f, i, min(i + batch_size, len(self.rows)))
+                yield self.read(f, i, min(i + batch_size, len(self.rows)), spans)
 
     def __getitem__(self, index) -> torch.Tensor:
         if not isinstance(index, slice) or index.step not in (None, 1):
@@ -371,7 +426,8 @@ class StreamedRows:
             return self.read(f, start, max(start, stop))
 
 
-#: cells of a table file parsed per chunk when it is streamed (:class:`TableRows`):
+#: cells of a table file parsed per chunk when it is streamed (the scan passes of
+#: :mod:`torchglm.training.streamed_table`):
 #: a text chunk holds each cell as a Python string (about 60 bytes, and the reader
 #: makes a few copies), so the rows per chunk shrink as the table widens. At 2**18
 #: cells a streamed fit of a 22-column CSV peaks about 90 MB above the imports,
@@ -398,90 +454,65 @@ def file_bytes(path: str | Path) -> int:
     return path.stat().st_size
 
 
-class TableRows:
-    """Some rows of a CSV/TSV/Parquet table, turned into the model's features when a
-    pass reads them (:class:`StreamedBatches`): what :class:`StreamedRows` is to a
-    ``.npy`` file, for a text or typed table read by the one table reader
-    (:func:`~torchglm.data.files.iter_frames`: its rules for a byte-order mark, blank
-    lines and missing cells).
+class TemporaryNpy:
+    """A temporary 2-D ``.npy`` file of ``n_rows x n_cols`` values of ``dtype``, written
+    in row order a block at a time (:meth:`write`, then :meth:`close`) and read back
+    as :class:`StreamedRows`. It is written through a plain file, never mapped, so the
+    pages written are the page cache's, not this process's resident memory.
 
-    Each pass parses the file chunk by chunk (``chunk_rows`` rows) and keeps the
-    chunk's rows among ``rows``, so memory holds one chunk and one batch, whatever
-    the file's size; the file is read only up to the last of ``rows``.
+    The file is removed by :meth:`remove`, when this object is garbage collected
+    (the :class:`StreamedRows` reading it keep it alive), or at the interpreter's exit.
 
     Args:
-        path: the table file.
-        rows: data-row indices of the file (from 0), in increasing order.
-        n_features: the width of ``encode``'s output.
-        encode: the features of some rows of a chunk (a pandas ``DataFrame`` of the
-            file's columns) as a ``(m, n_features)`` tensor of ``dtype``.
-        chunk_rows: rows parsed per chunk.
-        dtype: the features' dtype.
+        n_rows, n_cols: the array's shape.
+        dtype: its dtype.
+        directory: where (default: :func:`tempfile.gettempdir`, ``TMPDIR``).
     """
 
-    def __init__(self, path, rows: np.ndarray, n_features: int, encode, chunk_rows: int, dtype: torch.dtype):
-        self.path = Path(path)
-        if self.path.suffix.lower() not in TABLE_SUFFIXES:
-            raise fail("source", f"a file ending in one of {list(TABLE_SUFFIXES)}", f"'{self.path.name}'")
-        self.rows, self.n_features = np.asarray(rows, dtype=np.int64), int(n_features)
-        self.encode, self.chunk_rows, self.dtype = encode, int(chunk_rows), dtype
+    def __init__(self, n_rows: int, n_cols: int, dtype=np.float64, directory: str | None = None):
+        fd, name = tempfile.mkstemp(prefix="torchglm-", suffix=".npy", dir=directory)
+        self.path, self.shape, self.dtype = Path(name), (int(n_rows), int(n_cols)), np.dtype(dtype)
+        self._removed = weakref.finalize(self, _unlink, self.path)
+        self._file = os.fdopen(fd, "wb")
+        header = {
+            "descr": np.lib.format.dtype_to_descr(self.dtype),
+            "fortran_order": False,
+            "shape": self.shape,
+        }
+        np.lib.format.write_array_header_1_0(self._file, header)
+        self._rows = 0
 
-    @property
-    def shape(self) -> tuple[int, int]:
-        return (len(self.rows), self.n_features)
+    def write(self, block: np.ndarray) -> None:
+        """Append rows (``(m, n_cols)``, cast to the file's dtype)."""
+        block = np.ascontiguousarray(block, dtype=self.dtype)
+        if block.ndim != 2 or block.shape[1] != self.shape[1] or self._rows + len(block) > self.shape[0]:
+            raise ValueError(f"rows of width {self.shape[1]}, {self.shape[0]} in all: got {block.shape}")
+        self._file.write(memoryview(block).cast("B"))
+        self._rows += len(block)
 
-    def __len__(self) -> int:
-        return len(self.rows)
+    def close(self) -> None:
+        """Finish writing (every row written)."""
+        self._file.close()
+        if self._rows != self.shape[0]:
+            raise ValueError(f"{self.shape[0]} rows to write, {self._rows} written")
 
-    def subset(self, start: int, stop: int) -> "TableRows":
-        return TableRows(
-            self.path, self.rows[start:stop], self.n_features, self.encode, self.chunk_rows, self.dtype
-        )
+    def remove(self) -> None:
+        """Close and delete the file (once; later calls do nothing)."""
+        self._file.close()
+        self._removed()
 
-    def blocks(self, batch_size: int) -> Iterator[torch.Tensor]:
-        """These rows in order, ``batch_size`` at a time (the last block may be smaller)."""
-        if not len(self.rows):
-            return
-        pending: torch.Tensor | None = None
-        frames = iter_frames(self.path, "source", self.chunk_rows)
-        try:
-            for frame in frames:
-                first = int(frame.index[0])
-                lo, hi = np.searchsorted(self.rows, [first, first + len(frame)])
-                if lo == hi:
-                    continue
-                x = self.encode(frame.iloc[self.rows[lo:hi] - first])
-                pending = x if pending is None else torch.cat([pending, x])
-                while len(pending) >= batch_size:
-                    yield pending[:batch_size]
-                    pending = pending[batch_size:]
-                if hi == len(self.rows):
-                    break  # past this split's last row
-        finally:
-            frames.close()
-        if pending is not None and len(pending):
-            yield pending
 
-    def __getitem__(self, index) -> torch.Tensor:
-        if not isinstance(index, slice) or index.step not in (None, 1):
-            raise TypeError("TableRows supports contiguous slices only")
-        start, stop, _ = index.indices(len(self.rows))
-        if stop <= start:
-            return torch.empty((0, self.n_features), dtype=self.dtype)
-        blocks = self.subset(start, stop).blocks(stop - start)
-        try:
-            return next(blocks)
-        finally:
-            blocks.close()  # the reader's file, now
+def _unlink(path: Path) -> None:
+    path.unlink(missing_ok=True)
 
 
 class StreamedBatches:
-    """Consecutive batches of a :class:`StreamedRows` or :class:`TableRows` split with
-    its in-memory targets (and optional weights/offsets): each batch read from the
-    file when the pass reaches it, so a pass holds one batch (and a table's parsed
-    chunk), whatever the file's size. Not shuffled (a pass is a sum)."""
+    """Consecutive batches of a :class:`StreamedRows` split with its in-memory targets
+    (and optional weights/offsets): each batch read from the file when the pass
+    reaches it, so a pass holds one batch, whatever the file's size. Not shuffled (a
+    pass is a sum)."""
 
-    def __init__(self, x: StreamedRows | TableRows, y, weight=None, offset=None, batch_size: int = 65536):
+    def __init__(self, x: StreamedRows, y, weight=None, offset=None, batch_size: int = 65536):
         check_positive("batch_size", batch_size)
         self.x, self.y, self.weight, self.offset = x, y, weight, offset
         self.batch_size = int(batch_size)

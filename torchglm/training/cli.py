@@ -640,7 +640,11 @@ def main(argv: list[str] | None = None) -> int:
             except MisconfigurationException as err:
                 # The Trainer's own argument checks (e.g. max_epochs=-5): bad input.
                 raise fail("trainer", "arguments the Lightning Trainer accepts", _one_line(err)) from None
-            metrics = run(cli)
+            try:
+                metrics = run(cli)
+            finally:
+                if isinstance(cli.datamodule, GLMDataModule):
+                    cli.datamodule.close()  # a streamed table's temporary file
     except (InputError, argparse.ArgumentError) as err:
         print(f"error: {_one_line(err)}", file=sys.stderr)
         _leave_process_group()

@@ -230,7 +230,6 @@ class GLMDataModule(pl.LightningDataModule):
             self.splitting,
             standardize=self.standardize,
             dtype=self.dtype,
-            chunk=self.batch_size or 65536,
             memory_budget=self.memory_budget,
         )
         self.feature_mean, self.feature_scale = source.mean, source.scale
@@ -243,6 +242,16 @@ class GLMDataModule(pl.LightningDataModule):
                 None if t is None else t[rows].to(self.dtype) for t in (source.weight, source.offset)
             )
         self.targets = Targets(source.y, source.weight, source.classes)
+
+    def close(self) -> None:
+        """Remove the temporary file of a streamed table's encoded rows
+        (:class:`~torchglm.data.out_of_core.TemporaryNpy`; ``train.py`` calls this when
+        a run ends, whether it succeeded or not). The streamed splits cannot be read
+        afterwards; nothing else changes, and a second call does nothing."""
+        for x, _ in self._splits.values():
+            keep = getattr(x, "keep", None)
+            if keep is not None:
+                keep.remove()
 
     def check_targets(self, family: Family, n_classes: int | None = None) -> None:
         """The model's target gate on every row: the checks ``model.fit`` applies to the

@@ -23,7 +23,8 @@ from typing import Any, Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from .._validation import fail
+from .._validation import check_magnitude, fail
+from ..data.out_of_core import _SPAN, _column_index, _NpyFile, _Spans
 
 __all__ = [
     "FeatureSpec",
@@ -464,6 +465,10 @@ class LabelCodes:
         return rank[np.concatenate(self.codes)].astype(np.float64), [names[i] for i in order]
 
 
+#: what a magnitude refusal of the standardized features tells the user to do
+MAGNITUDE_REMEDY = "standardize the features (data.standardize: true) or rescale them"
+
+
 class StreamedStandardization:
     """:func:`standardization` of training rows given a chunk at a time, in two
     passes over them: the column maxima ``m_j`` (:meth:`add_max`), then the mean
@@ -478,20 +483,66 @@ class StreamedStandardization:
     def __init__(self, n_features: int):
         self.m = np.zeros(n_features)
         self.count, self.mean_u, self.m2 = 0, np.zeros(n_features), np.zeros(n_features)
+        self.lo, self.hi = torch.full((n_features,), math.inf, dtype=torch.float64), None
+        self.n_rows = 0
 
     def add_max(self, x: np.ndarray) -> None:
         if len(x):
             self.m = np.maximum(self.m, np.abs(x).max(0))
 
+    def add_range(self, x: torch.Tensor) -> None:
+        """Every row's (not only the training rows'): the column minima and maxima."""
+        if len(x):
+            lo, hi = torch.aminmax(x, dim=0)
+            self.lo = torch.minimum(self.lo, lo)
+            self.hi = hi if self.hi is None else torch.maximum(self.hi, hi)
+            self.n_rows += len(x)
+
+    def check_magnitude(self, mean: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype) -> None:
+        """The in-memory path's :func:`~torchglm._validation.check_magnitude` of the
+        standardized features, from the column minima and maxima (:meth:`add_range`):
+        ``(x - mean) / scale`` is increasing in ``x``, so those two rows, standardized
+        as every row is (:func:`standardize`), hold the data's extremes and column
+        magnitudes.
+
+        Raises:
+            InputError: standardized features whose squares overflow or underflow ``dtype``.
+        """
+        if self.hi is not None:
+            z = standardize(torch.stack([self.lo, self.hi]), mean, scale, dtype)
+            check_magnitude("X", z, remedy=MAGNITUDE_REMEDY, n_samples=self.n_rows)
+
     def add_moments(self, x: np.ndarray) -> None:
         if not len(x):
             return
-        u = np.asarray(x, dtype=np.float64) / np.where(self.m > 0, self.m, 1.0)
+        # torch's column sums are cascaded (NumPy's down a column are sequential):
+        # the rounding of standardization()'s own reductions, whatever the chunk
+        u = torch.as_tensor(np.asarray(x, dtype=np.float64)) / torch.from_numpy(
+            np.where(self.m > 0, self.m, 1.0)
+        )
         k, mu = len(u), u.mean(0)
+        u.sub_(mu)
+        mu = mu.numpy()
         delta = mu - self.mean_u
-        self.m2 += ((u - mu) ** 2).sum(0) + delta**2 * self.count * k / (self.count + k)
+        self.m2 += u.square_().sum(0).numpy() + delta**2 * self.count * k / (self.count + k)
         self.mean_u += delta * k / (self.count + k)
         self.count += k
+
+    def add_file_moments(self, npy: _NpyFile, columns: list[int], train: np.ndarray) -> None:
+        """:meth:`add_moments` of the rows of a ``.npy`` file where ``train`` is true,
+        :data:`~torchglm.data.out_of_core._SPAN` rows at a time through one set of
+        buffers (a streamed ``.npy``, or a streamed table's encoded rows)."""
+        spans = _Spans(npy, len(columns))
+        cols = _column_index(columns)
+        with open(npy.path, "rb") as f:
+            for i in range(0, npy.shape[0], _SPAN):
+                t = np.flatnonzero(train[i : i + _SPAN])
+                if len(t):
+                    block = npy.rows_into(f, i, min(i + _SPAN, npy.shape[0]), spans.raw)
+                    picked = np.take(block, t, axis=0, out=spans.picked[: len(t)])
+                    x = spans.work[: len(t)]
+                    x.copy_(torch.from_numpy(picked)[:, cols])
+                    self.add_moments(x.numpy())
 
     def result(self, enabled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, scale)`` as :func:`standardization` gives them (0 and 1 when not ``enabled``)."""

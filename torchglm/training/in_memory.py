@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from .._validation import check_finite, check_magnitude, check_weight, fail
-from .features import standardization, standardize
+from .features import MAGNITUDE_REMEDY, standardization, standardize
 from .sources import Loaded
 from .splits import Split
 
@@ -56,7 +56,7 @@ def memory_splits(data: Loaded, split: Split, enabled: bool, dtype: torch.dtype)
     z = standardize(x, mean, scale, dtype)
     # Sums of squares of the design (Hessian, Gram matrix) must not overflow the
     # working dtype: checked here, before any solver sees an infinite Hessian.
-    check_magnitude("X", z, remedy="standardize the features (data.standardize: true) or rescale them")
+    check_magnitude("X", z, remedy=MAGNITUDE_REMEDY)
     splits = {k: (z[idx].contiguous(), y[idx]) for k, idx in parts.items()}
     extras = {
         k: tuple(None if t is None else t[idx].to(dtype) for t in (weight, offset))

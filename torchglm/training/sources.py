@@ -18,7 +18,7 @@ from .._validation import fail
 from ..data.datasets import load_dataset
 from ..data.files import SUFFIXES, TABLE_SUFFIXES, read_frame, read_table
 from .features import FeatureSpec, LabelCodes, numeric_column
-from .streamed_table import table_roles
+from .streamed_table import feature_roles, table_roles
 
 __all__ = ["Columns", "Loaded", "check_file_options", "read_source"]
 
@@ -113,21 +113,15 @@ def check_file_options(cols: Columns, spec: FeatureSpec) -> None:
 
 
 def _read_numeric(cols: Columns, task: str | None, n_classes: int | None) -> Loaded:
-    """A numeric ``.npz``/``.npy`` file (:func:`~torchglm.data.files.read_table`)."""
+    """A numeric ``.npz``/``.npy`` file (:func:`~torchglm.data.files.read_table`), its
+    weight/offset and feature columns as a table's (:func:`~.streamed_table.feature_roles`)."""
     special = cols.special
     table = read_table(cols.source, cols.target, None if special else cols.features)
     names, x = table.feature_names, table.x
     columns = {}
-    for role, col in special.items():
-        if col not in names:
-            raise fail(role, f"a column of '{cols.source}' ({names})", repr(col))
-        columns[role] = x[:, names.index(col)]
     if special:
-        reserved = list(special.values())
-        keep = list(cols.features) if cols.features is not None else [n for n in names if n not in reserved]
-        missing = [n for n in keep if n not in names or n in reserved]
-        if missing:
-            raise fail("features", f"feature columns of '{cols.source}' other than weight/offset", missing)
+        keep = feature_roles(names, cols.source, cols.features, special)
+        columns = {role: x[:, names.index(col)] for role, col in special.items()}
         x = x[:, [names.index(n) for n in keep]]
         names = keep
     return Loaded(x, table.y, columns.get("weight"), columns.get("offset"), names, task, n_classes)

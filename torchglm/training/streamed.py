@@ -2,8 +2,8 @@
 stream (:func:`streams`: a plain 2-D ``.npy`` or a CSV/TSV/Parquet table), and their
 splits with the training rows' standardization (:func:`streamed_source`: a table's
 through :func:`~.streamed_table.stream_table`, a ``.npy``'s by :func:`streamed_splits`),
-each split a :class:`~torchglm.data.out_of_core.StreamedRows` (or
-:class:`~torchglm.data.out_of_core.TableRows`) read a batch at a time by
+each split a :class:`~torchglm.data.out_of_core.StreamedRows` (of the file, or of
+a table's encoded rows) read a batch at a time by
 :class:`~torchglm.data.out_of_core.StreamedBatches`.
 
 What stays in memory is the targets (float64, every row, for the target gate, and
@@ -22,7 +22,7 @@ import torch
 
 from .._validation import check_finite, fail
 from ..data.files import TABLE_SUFFIXES
-from ..data.out_of_core import StreamedRows, _NpyFile, file_bytes
+from ..data.out_of_core import _SPAN, StreamedRows, _column_index, _NpyFile, _Spans, file_bytes
 from .features import FeatureSpec, StreamedStandardization
 from .sources import Columns, check_file_options
 from .splits import Split
@@ -46,13 +46,12 @@ def streamed_source(
     *,
     standardize: bool,
     dtype: torch.dtype,
-    chunk: int,
     memory_budget: int,
 ) -> StreamedSource:
     """The streamed file's splits and statistics: a table's through
     :func:`~.streamed_table.stream_table` (its features, weight, offset, categories and
     missing cells as in memory), a plain 2-D ``.npy``'s by :func:`streamed_splits`
-    (``chunk`` rows at a time; the data options it cannot take are refused).
+    (the data options it cannot take are refused).
 
     Raises:
         InputError: options the file cannot take; what :func:`~.streamed_table.stream_table`
@@ -72,7 +71,7 @@ def streamed_source(
             dtype=dtype,
         )
     npy, col, columns = _npy_columns(cols, memory_budget)
-    return streamed_splits(npy, col, columns, split, standardize, dtype, chunk)
+    return streamed_splits(npy, col, columns, split, standardize, dtype)
 
 
 def _npy_columns(cols: Columns, memory_budget: int) -> tuple[_NpyFile, int, list[int]]:
@@ -124,7 +123,10 @@ def trim_heap() -> bool:
 
 
 class TrimmedPasses:
-    """A re-iterable of batches that trims the heap (:func:`trim_heap`) after each pass."""
+    """A re-iterable of batches that trims the heap (:func:`trim_heap`) when a pass
+    starts and when it reaches its last batch. (Not after the last batch: Lightning's
+    loops stop asking once they have ``len(batches)`` batches, so code after the last
+    ``yield`` never ran under ``train.py``, and the heap grew from pass to pass.)"""
 
     def __init__(self, batches):
         self.batches = batches
@@ -133,8 +135,12 @@ class TrimmedPasses:
         return len(self.batches)
 
     def __iter__(self):
-        yield from self.batches
         trim_heap()
+        last = len(self.batches) - 1
+        for i, batch in enumerate(self.batches):
+            if i == last:
+                trim_heap()
+            yield batch
 
 
 def streamed_splits(
@@ -144,15 +150,14 @@ def streamed_splits(
     split: Split,
     standardize: bool,
     dtype: torch.dtype,
-    chunk: int = 65536,
 ) -> StreamedSource:
     """The train/val/test splits of the streamed file's rows (the same rows as
     ``split.parts`` in memory, each split in file order: a pass is a sum over rows),
-    its targets, and the training split's standardization (:func:`_statistics`,
-    reading ``chunk`` rows at a time: the chunks are those of the Chan merge).
+    its targets, and the training split's standardization (:func:`_statistics`).
 
     Raises:
-        InputError: non-finite features or targets, a split with no row.
+        InputError: non-finite features or targets, standardized features whose
+            squares overflow or underflow ``dtype`` (as in memory), a split with no row.
     """
     n = npy.shape[0]
     parts = split.parts(n)
@@ -160,42 +165,46 @@ def streamed_splits(
     which = np.empty(n, dtype=np.uint8)
     for k, idx in enumerate(parts.values()):
         which[idx.numpy()] = k
-    y, mean, scale, digest = _statistics(npy, col, columns, which == 0, standardize, chunk)
+    names = list(parts)
+    del parts, idx
+    y, mean, scale, digest = _statistics(npy, col, columns, which == 0, standardize, dtype)
     yt = torch.from_numpy(y)
     check_finite("y", yt)
     index = np.int32 if n < 2**31 else np.int64
     x, rows = {}, {}
-    for k, name in enumerate(parts):
+    for k, name in enumerate(names):
         rows[name] = np.flatnonzero(which == k).astype(index)  # increasing
         x[name] = StreamedRows(npy.path, rows[name], columns, mean, scale, dtype)
-    names = [f"x{j}" for j in columns]
-    return StreamedSource(x, rows, yt, None, None, mean, scale, names, None, 0, digest.hexdigest())
+    features = [f"x{j}" for j in columns]
+    return StreamedSource(x, rows, yt, None, None, mean, scale, features, None, 0, digest.hexdigest())
 
 
 def _statistics(
-    npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, standardize: bool, chunk: int
+    npy: _NpyFile, col: int, columns: list[int], train: np.ndarray, standardize: bool, dtype: torch.dtype
 ):
-    """Two passes over a streamed ``.npy``: its targets, the finiteness check, the data
-    digest and the training rows' column maxima, then their moments
+    """Two passes over a streamed ``.npy``, :data:`~torchglm.data.out_of_core._SPAN`
+    rows at a time through one set of buffers: its targets, the finiteness check, the
+    data digest and the training rows' column maxima, then their moments
     (:class:`~.features.StreamedStandardization`, the statistics of
-    :func:`~.features.standardization`, merged chunk by chunk)."""
+    :func:`~.features.standardization`, merged span by span)."""
     n = npy.shape[0]
     y = np.empty(n, dtype=np.float64)
     stats = StreamedStandardization(len(columns))
     digest = hashlib.blake2b(digest_size=16)
+    spans = _Spans(npy, len(columns))
+    cols = _column_index(columns)
     with open(npy.path, "rb") as f:
-        for i in range(0, n, chunk):
-            block = npy.rows(f, i, min(i + chunk, n))
+        for i in range(0, n, _SPAN):
+            block = npy.rows_into(f, i, min(i + _SPAN, n), spans.raw)
             digest.update(block)  # C-contiguous: its bytes, no copy
-            x = np.asarray(block[:, columns], dtype=np.float64)
-            check_finite("X", torch.from_numpy(x), i)
+            x = spans.work[: len(block)]
+            x.copy_(torch.from_numpy(block)[:, cols])
+            check_finite("X", x, i)
             y[i : i + len(block)] = block[:, col]
-            stats.add_max(x[train[i : i + len(block)]])
-        if standardize:
-            for i in range(0, n, chunk):
-                block = npy.rows(f, i, min(i + chunk, n))
-                t = np.flatnonzero(train[i : i + len(block)])
-                if len(t):
-                    stats.add_moments(block[np.ix_(t, columns)])
+            stats.add_max(x.numpy()[train[i : i + len(block)]])
+            stats.add_range(x)
+    if standardize:
+        stats.add_file_moments(npy, columns, train)
     mean, scale = stats.result(standardize)
+    stats.check_magnitude(mean, scale, dtype)
     return y, mean, scale, digest

@@ -9,19 +9,23 @@ and the per-row targets, never the features:
 1. every row: missing cells (refused, or the rows dropped, as in memory), the
    categorical levels, the labels (numbers, or text classes), weight and offset;
 2. the training rows (only when cells are imputed): the fill values;
-3. every kept row, encoded: the finiteness check, the data digest, and the training
-   rows' column maxima; 4. the training rows: the mean and variance of ``x / max``
+3. every kept row, encoded once: the finiteness check, the data digest, the
+   training rows' column maxima, and the encoded rows (float64, as in memory)
+   written to a temporary ``.npy`` (:class:`~torchglm.data.out_of_core.TemporaryNpy`,
+   in ``TMPDIR``; removed when the splits are gone, or at once when a step fails);
+4. the training rows, read back from it: the mean and variance of ``x / max``
    (:class:`~.features.StreamedStandardization`, the statistics of
    :func:`~.features.standardization`).
 
 The split is the data module's (``parts``: a permutation of the kept rows, as in
-memory); a split's rows are then read in file order (a pass is a sum over rows), by
-:class:`~torchglm.data.out_of_core.TableRows`, through the same encoding.
+memory); a split's rows are then read from the encoded file in file order (a pass
+is a sum over rows) by :class:`~torchglm.data.out_of_core.StreamedRows`, as a
+streamed ``.npy``'s are: the text is parsed twice in all (three times with
+imputation), never once per pass.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
@@ -31,7 +35,7 @@ import torch
 
 from .._validation import check_finite, check_weight, fail
 from ..data.files import frame_columns, iter_frames
-from ..data.out_of_core import StreamedRows, TableRows, table_chunk_rows
+from ..data.out_of_core import StreamedRows, TemporaryNpy, _NpyFile, table_chunk_rows
 from .features import (
     FeatureSpec,
     FillTally,
@@ -40,7 +44,6 @@ from .features import (
     MissingCells,
     StreamedStandardization,
     numeric_column,
-    standardize,
 )
 
 __all__ = ["StreamedSource", "stream_table"]
@@ -67,7 +70,7 @@ class StreamedSource:
         digest: a hex digest of the data as read (for ``--resume``).
     """
 
-    x: dict[str, StreamedRows | TableRows]
+    x: dict[str, StreamedRows]
     rows: dict[str, np.ndarray]
     y: torch.Tensor
     weight: torch.Tensor | None
@@ -94,10 +97,25 @@ def table_roles(
     if target not in names:
         raise fail("target", f"a column of '{source}' (one of {names})", repr(target))
     special = {r: c for r, c in (("weight", weight), ("offset", offset)) if c}
+    return target, special, feature_roles(names, source, features, special, target)
+
+
+def feature_roles(
+    names: list[str], source: str, features, special: dict[str, str], target: str | None = None
+) -> list[str]:
+    """The feature columns among a file's columns ``names``: ``features``, by default
+    every column but the target and the weight/offset columns (``special``, by role),
+    which must be columns of the file (a table's, or a numeric file's besides its
+    target).
+
+    Raises:
+        InputError: a weight/offset column the file lacks; a feature column the file
+            lacks or that is the target, weight or offset; no feature column.
+    """
     for role, col in special.items():
         if col not in names:
             raise fail(role, f"a column of '{source}' ({names})", repr(col))
-    reserved = [target, *special.values()]
+    reserved = [c for c in (target, *special.values()) if c is not None]
     if features is None:
         features = [n for n in names if n not in reserved]
     else:
@@ -107,7 +125,7 @@ def table_roles(
             raise fail("features", f"feature columns of '{source}' other than target/weight/offset", bad)
     if not features:
         raise fail(f"data file '{source}'", "at least one feature column besides the target", names)
-    return target, special, features
+    return features
 
 
 def stream_table(
@@ -136,7 +154,8 @@ def stream_table(
     Raises:
         InputError: what the in-memory path refuses, with the same messages: a
             missing cell (naming the column and rows), text in a numeric column, no
-            row left, a split without rows, non-finite features or weights.
+            row left, a split without rows, non-finite features or weights,
+            standardized features whose squares overflow or underflow ``dtype``.
     """
     where = f"data file '{source}'"
     names = frame_columns(source)
@@ -164,12 +183,20 @@ def stream_table(
         check_finite("offset", extras["offset"])
     yt = torch.from_numpy(y)
     check_finite("y", yt)
-    mean, scale, digest = _statistics(source, spec, part, chunk_rows, standardize, where, yt, extras)
-    encode = functools.partial(_encode, spec, where, mean, scale, dtype)
+    encoded = TemporaryNpy(n, len(spec.names))
+    try:
+        mean, scale, digest = _statistics(
+            source, spec, part, chunk_rows, standardize, dtype, where, yt, extras, encoded
+        )
+    except BaseException:
+        encoded.remove()  # nothing half-written is left behind
+        raise
+    index = np.int32 if n < 2**31 else np.int64
+    columns = list(range(len(spec.names)))
     x, rows = {}, {}
-    for k, name in enumerate(_PARTS):
-        rows[name] = np.sort(split[name].numpy())
-        x[name] = TableRows(source, np.flatnonzero(part == k), len(spec.names), encode, chunk_rows, dtype)
+    for name in _PARTS:
+        rows[name] = np.sort(split[name].numpy()).astype(index)  # positions among the kept rows
+        x[name] = StreamedRows(encoded.path, rows[name], columns, mean, scale, dtype, keep=encoded)
     return StreamedSource(
         x,
         rows,
@@ -236,28 +263,29 @@ def _kept_chunks(source, part: np.ndarray, chunk_rows: int) -> Iterator[tuple[An
         first += len(frame)
 
 
-def _statistics(source, spec, part, chunk_rows, standardize, where, y, extras):
-    """Steps 3 and 4: every kept row encoded (finite; the digest), the training rows'
-    column maxima, then their moments."""
+def _statistics(source, spec, part, chunk_rows, standardize, dtype, where, y, extras, encoded: TemporaryNpy):
+    """Steps 3 and 4: every kept row encoded (finite; the digest) and written to
+    ``encoded``, the training rows' column maxima, then their moments, read back from
+    ``encoded`` (:meth:`~.features.StreamedStandardization.add_file_moments`)."""
     stats = StreamedStandardization(len(spec.names))
     digest = hashlib.blake2b(digest_size=16)
+    train = []
     for frame, first, label in _kept_chunks(source, part, chunk_rows):
-        x = spec.transform(frame, where, first)
+        x = np.ascontiguousarray(spec.transform(frame, where, first), dtype=np.float64)
         check_finite("X", torch.from_numpy(x), first)
-        digest.update(np.ascontiguousarray(x).tobytes())
-        stats.add_max(x[label == 0])
+        digest.update(x)
+        encoded.write(x)
+        train.append(label == 0)
+        stats.add_max(x[train[-1]])
+        stats.add_range(torch.from_numpy(x))
+    encoded.close()
     if standardize:
-        for frame, _, label in _kept_chunks(source, part, chunk_rows):
-            train = label == 0
-            if train.any():
-                stats.add_moments(spec.transform(frame[train], where))
+        stats.add_file_moments(
+            _NpyFile(encoded.path, "source"), list(range(len(spec.names))), np.concatenate(train)
+        )
     for t in (y, *extras.values()):
         digest.update(t.numpy().tobytes())
     digest.update(repr(spec.state()).encode())
     mean, scale = stats.result(standardize)
+    stats.check_magnitude(mean, scale, dtype)
     return mean, scale, digest.hexdigest()
-
-
-def _encode(spec: FeatureSpec, where: str, mean, scale, dtype, frame) -> torch.Tensor:
-    """Rows of a chunk as the model's features: the spec's numbers, standardized."""
-    return standardize(torch.from_numpy(spec.transform(frame, where)), mean, scale, dtype)

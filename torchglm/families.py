@@ -619,6 +619,16 @@ class Poisson(Family):
     def _nll(self, eta, y):
         return self.mean(eta) - y * self.link.log_inverse(eta) + torch.lgamma(y + 1)
 
+    def nll_derivatives(self, eta, y, order):
+        # Log link: mu = e^eta once for the NLL, dl/deta = mu - y and d2l/deta2 = mu
+        # (the generic canonical form evaluates e^eta three times).
+        if not self.is_canonical:
+            return super().nll_derivatives(eta, y, order)
+        y = y.to(eta.dtype)
+        mu = torch.exp(eta)
+        nll = mu - y * eta + torch.lgamma(y + 1)
+        return (nll, mu - y) if order == 1 else (nll, mu - y, mu)
+
     def _valid_mean(self, mu):
         return mu > 0
 

@@ -39,6 +39,7 @@ __all__ = [
     "log_softmax",
     "softmax",
     "SHORT_SOFTMAX_MAX_CLASSES",
+    "softmax_nll",
 ]
 
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
@@ -492,6 +493,22 @@ def softmax(eta: torch.Tensor) -> torch.Tensor:
         return torch.softmax(eta, dim=-1)
     z = (eta - eta.amax(-1, keepdim=True)).exp_()
     return z.div_(z.sum(-1, keepdim=True))
+
+
+def softmax_nll(eta: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(-log softmax(eta)_y, softmax(eta))`` over the last dimension from one set of
+    exponentials: with ``z = eta - max_k eta_k``, ``nll = log sum_k e^{z_k} - z_y`` and
+    ``mu = e^z / sum_k e^{z_k}`` (written out as in :func:`log_softmax`; beyond a short
+    last dimension torch's ``log_softmax`` and one ``exp`` of it, whose fewer sweeps win
+    at K = 1,000: 50 against 80 ms a slab)."""
+    if not _short_rows(eta):
+        log_mu = torch.log_softmax(eta, dim=-1)
+        return -log_mu.gather(-1, y.unsqueeze(-1)).squeeze(-1), log_mu.exp_()
+    z = eta - eta.amax(-1, keepdim=True)
+    z_y = z.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    mu = z.exp_()
+    total = mu.sum(-1, keepdim=True)
+    return total.log().squeeze(-1) - z_y, mu.div_(total)
 
 
 @register

@@ -55,6 +55,12 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
     """
 
     if order == 2 and expected and eta.dim() == 1:
+        closed = family.nll_derivatives(eta, y, 2) if family.is_canonical else None
+        if closed is not None:
+            # A canonical link's observed curvature is the expected one, |dmu/deta| = V(mu)
+            # (from the same elementwise pass as the loss: no second mean).
+            nll, d1, d2 = closed
+            return nll, d1, d2.abs()
         nll, d1 = eta_derivatives(family, eta, y, order=1)
         link = family.link
         dmu = link.inverse_derivative(eta)

@@ -65,6 +65,10 @@ class PassSums:
         hessian_precision: the precision of the products ``X~^T [h X~]`` of a dense
             Hessian (:data:`HESSIAN_PRECISIONS`); everything else is summed in
             ``theta``'s dtype.
+        hessian_stride: ``r > 1``: a dense Hessian sums only every ``r``-th row of
+            each slab, scaled by the slab's rows over the rows summed (a sketched
+            Hessian, :mod:`.sketch`; ``sketched`` then says one was summed): an
+            estimate, never a certificate. Loss and gradient use every row.
     """
 
     def __init__(
@@ -77,9 +81,12 @@ class PassSums:
         targets_only: bool = False,
         sparse_cache: dict | None = None,
         hessian_precision: str = "highest",
+        hessian_stride: int = 1,
     ):
         self.family = model.family
         self.hessian_precision = hessian_precision
+        self.hessian_stride = hessian_stride
+        self.sketched = False
         self.sparse_cache = sparse_cache
         self.penalty = L2Penalty(model.l2)
         m, d = model.n_outputs, model.n_features
@@ -196,17 +203,31 @@ class PassSums:
         self.grad[: m * d] += products.rt_x(r, x).reshape(-1)
         if self.has_bias:
             self.grad[m * d :] += r.sum(0)
-        if d2 is None:
-            return
+        if d2 is not None:
+            self._add_curvature(x, d2, s if probs else None, probs)
+
+    def _add_curvature(self, x, d2, s, probs: bool) -> None:
+        """The batch's Hessian (dense, sketched or sparse), or its diagonal and the
+        per-sample curvature kept for :meth:`hvp`."""
         if self.hess is not None and x.is_sparse:
             add_hessian_sparse(self.hess, x, d2, self.m, self.d, self.has_bias)
         elif self.hess is not None:
+            if self.hessian_stride > 1:
+                x, d2 = self._sketch_rows(x, d2)
             add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
         else:
-            curv = Curvature(d2, s if probs else None, probs)
+            curv = Curvature(d2, s, probs)
             self._add_diag(x, curv)
             if self.curvature == "hvp":
                 self.stored.append((x, curv))
+
+    def _sketch_rows(self, x, d2):
+        """Every ``r``-th row of ``x`` and its curvature ``d2`` times the rows per row
+        kept (the sum over them estimates the slab's)."""
+        n = x.shape[0]
+        x, d2 = x[:: self.hessian_stride], d2[:: self.hessian_stride]
+        self.sketched = True
+        return x, d2 * (n / x.shape[0])
 
     def _count_unseparated(self, eta, y, offset, s) -> None:
         """Count the samples of positive weight whose loss theta's own direction (its

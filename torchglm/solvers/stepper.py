@@ -60,7 +60,8 @@ own: the **start** (:mod:`.start`: the start pass, the intercept-only and data
 starts), the **step** (the solver's direction, Newton-type steps minimum-norm along
 the softmax shift directions of :mod:`.shift`), the **line search**
 (:mod:`.line_search`), the **certificate** (:mod:`.certify`: the decrement test, the
-light and verifying passes), the **finish** of a first-order fit (:mod:`.finish`) and
+light and verifying passes), the **sketch** of the early Newton steps' Hessian on a
+row subsample (:mod:`.sketch`: never a certificate), the **finish** of a first-order fit (:mod:`.finish`) and
 the **separation watch** (:mod:`.separation`).
 """
 
@@ -89,6 +90,7 @@ from .pass_sums import PassSums
 from .products import HESSIAN_PRECISIONS
 from .separation import SeparationWatch, boundary_report, separation_report
 from .shift import SoftmaxShift
+from .sketch import HessianSketch
 from .sparse_rows import SparseRows
 from .start import StartRule, intercept_only
 
@@ -220,6 +222,11 @@ class StepFitter(Fitter):
         # (``Family.separable``: a probability 0 or 1, a count's mean 0).
         self.separation = SeparationWatch(self.detect_separation and model.l2 == 0 and model.family.separable)
         self.shift = SoftmaxShift.of(model, self.dtype, self.theta.device)
+        # Newton's own early steps from a subsample's Hessian (:mod:`.sketch`); not where
+        # the separation watch reads the steps' lengths.
+        self.sketch = HessianSketch(
+            self.exact and self.curvature in ("full", "expected") and not self.separation.enabled
+        )
 
     @classmethod
     def stage_options(
@@ -273,16 +280,25 @@ class StepFitter(Fitter):
             SparseRows.evict_unseen(self.sparse_cache)
         if self.start.data is not None:
             return  # this pass sums the data start's weighted least squares
+        curvature = self.pass_curvature()
         self.sums = PassSums(
             self.model,
             self.theta,
-            self.pass_curvature(),
+            curvature,
             self.saturation if self.separation.enabled else 0.0,
             y_sum=self.base is None,
             targets_only=self.start.pending,
             sparse_cache=self.sparse_cache,
             hessian_precision=self.hessian_precision,
+            hessian_stride=self._hessian_stride(curvature),
         )
+
+    def _hessian_stride(self, curvature: str | None) -> int:
+        """The next pass's Hessian row stride (:class:`~.sketch.HessianSketch`): the
+        solver's own Newton-type steps only (not a verifying pass, not the finish)."""
+        if curvature != self.curvature or self.check.verify_full or self.finish.active:
+            return 1
+        return self.sketch.stride(self.theta.numel(), self.decrement)
 
     def accumulate(self, batch) -> None:
         if self.start.data is not None:
@@ -298,6 +314,7 @@ class StepFitter(Fitter):
             return self.done
         s = self.sums.finish()
         self.n_passes += 1
+        self.sketch.n_samples = s.n_samples
         ok = s.n_invalid == 0 and math.isfinite(float(s.loss))
         if self.start.pending:
             self._end_start_pass(s)
@@ -397,6 +414,7 @@ class StepFitter(Fitter):
                 self.search.slope, step, float(self.base.loss), float(s.loss)
             )
         self.base, self.base_theta = s, self.theta
+        self.sketch.exact_next = self.sketch.exact_next and s.sketched
         set_flat_parameters(self.model, self.theta)
         if step > 0:
             self.result.n_iter += 1
@@ -626,6 +644,8 @@ class StepFitter(Fitter):
         # decrement (the point is no minimum), so it certifies nothing. Only this pass's
         # own Hessian: a fixed float32 one is indefinite by its rounding alone.
         self.solve.exact = not self.solve.flat_gradient and not (own and n_neg and s.curvature == "full")
+        if own and s.sketched:
+            self.solve.exact = False  # a subsample's Hessian: a step, never a certificate
         if note is not None:
             self._note(f"Hessian {note}")
         return delta, float(-(s.grad @ delta))
@@ -770,6 +790,10 @@ class StepFitter(Fitter):
             # finds the optimum not determined in this dtype. For good: going back to CG
             # steps after one exact one wandered by an ulp of E until max_iter.
             return self._begin_finish("Newton-CG line search stalled below the rounding of E")
+        if (stalled or self.search.exhausted) and self.base.sketched:
+            # Along a sketched Hessian's direction: judge this point with its exact one.
+            self.sketch.exact_next = True
+            return self._reevaluate()
         if stalled:
             return self._stalled(f0)
         if self.search.exhausted:
@@ -869,7 +893,9 @@ class StepFitter(Fitter):
             )
             set_flat_parameters(self.model, self.base_theta + self.delta if step else self.base_theta)
             # After a light verifying pass: the Hessian of the previous point.
-            hess = base.hess if base.hess is not None else (self.check.light_hess if converged else None)
+            # (Never a sketched one: an estimate, not the point's Hessian.)
+            hess = None if base.sketched else base.hess
+            hess = hess if hess is not None else (self.check.light_hess if converged else None)
             r.extra.update(
                 loss=float(base.loss),
                 grad=base.grad.detach(),

@@ -31,6 +31,7 @@ __all__ = [
     "CSVBatches",
     "StreamedRows",
     "TemporaryNpy",
+    "feature_spans",
     "StreamedBatches",
     "file_bytes",
     "parse_size",
@@ -344,12 +345,38 @@ class _Spans:
         self.picked = np.empty(shape, dtype=file.dtype)
         self.work = torch.empty((_SPAN, n_features), dtype=torch.float64)
 
+    def features(self, block: np.ndarray, rows: np.ndarray | None, cols) -> torch.Tensor:
+        """The feature columns ``cols`` (:func:`_column_index`) of ``block``'s rows
+        ``rows`` (every row: ``None``) in float64, in ``work`` (a view the next call
+        overwrites)."""
+        if rows is not None:
+            block = np.take(block, rows, axis=0, out=self.picked[: len(rows)])
+        return self.work[: len(block)].copy_(torch.from_numpy(block)[:, cols])
+
 
 def _column_index(columns: list[int]) -> slice | list[int]:
     """``columns`` as a slice when they are consecutive (a view, no copy), else the list."""
     if columns and columns == list(range(columns[0], columns[0] + len(columns))):
         return slice(columns[0], columns[0] + len(columns))
     return columns
+
+
+def feature_spans(
+    npy: _NpyFile, columns: list[int], keep: np.ndarray | None = None
+) -> Iterator[tuple[int, np.ndarray, torch.Tensor]]:
+    """A plain 2-D ``.npy`` file read :data:`_SPAN` rows at a time through one set of
+    buffers (:class:`_Spans`): per span, its first row, its raw rows and the float64
+    ``columns`` of its rows where ``keep`` is true (``None``: every row); a span with
+    no kept row is not read. Both arrays are views the next span overwrites."""
+    spans, cols, n = _Spans(npy, len(columns)), _column_index(columns), npy.shape[0]
+    with open(npy.path, "rb") as f:
+        for i in range(0, n, _SPAN):
+            stop = min(i + _SPAN, n)
+            rows = None if keep is None else np.flatnonzero(keep[i:stop])
+            if rows is not None and not len(rows):
+                continue
+            block = npy.rows_into(f, i, stop, spans.raw)
+            yield i, block, spans.features(block, rows, cols)
 
 
 class StreamedRows:
@@ -403,9 +430,7 @@ class StreamedRows:
             if b == a:
                 continue
             block = self.file.rows_into(f, lo, hi, spans.raw)
-            picked = np.take(block, r[a:b] - lo, axis=0, out=spans.picked[: b - a])
-            z = spans.work[: b - a]
-            z.copy_(torch.from_numpy(picked)[:, cols])
+            z = spans.features(block, r[a:b] - lo, cols)
             out[a:b] = z.sub_(self.mean).div_(self.scale)
             a = b
         return out

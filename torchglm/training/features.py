@@ -24,7 +24,6 @@ import numpy as np
 import torch
 
 from .._validation import check_magnitude, fail
-from ..data.out_of_core import _SPAN, _column_index, _NpyFile, _Spans
 
 __all__ = [
     "FeatureSpec",
@@ -527,22 +526,6 @@ class StreamedStandardization:
         self.m2 += u.square_().sum(0).numpy() + delta**2 * self.count * k / (self.count + k)
         self.mean_u += delta * k / (self.count + k)
         self.count += k
-
-    def add_file_moments(self, npy: _NpyFile, columns: list[int], train: np.ndarray) -> None:
-        """:meth:`add_moments` of the rows of a ``.npy`` file where ``train`` is true,
-        :data:`~torchglm.data.out_of_core._SPAN` rows at a time through one set of
-        buffers (a streamed ``.npy``, or a streamed table's encoded rows)."""
-        spans = _Spans(npy, len(columns))
-        cols = _column_index(columns)
-        with open(npy.path, "rb") as f:
-            for i in range(0, npy.shape[0], _SPAN):
-                t = np.flatnonzero(train[i : i + _SPAN])
-                if len(t):
-                    block = npy.rows_into(f, i, min(i + _SPAN, npy.shape[0]), spans.raw)
-                    picked = np.take(block, t, axis=0, out=spans.picked[: len(t)])
-                    x = spans.work[: len(t)]
-                    x.copy_(torch.from_numpy(picked)[:, cols])
-                    self.add_moments(x.numpy())
 
     def result(self, enabled: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """``(mean, scale)`` as :func:`standardization` gives them (0 and 1 when not ``enabled``)."""

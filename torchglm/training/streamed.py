@@ -22,7 +22,7 @@ import torch
 
 from .._validation import check_finite, fail
 from ..data.files import TABLE_SUFFIXES
-from ..data.out_of_core import _SPAN, StreamedRows, _column_index, _NpyFile, _Spans, file_bytes
+from ..data.out_of_core import StreamedRows, _NpyFile, feature_spans, file_bytes
 from .features import FeatureSpec, StreamedStandardization
 from .sources import Columns, check_file_options
 from .splits import Split
@@ -191,20 +191,15 @@ def _statistics(
     y = np.empty(n, dtype=np.float64)
     stats = StreamedStandardization(len(columns))
     digest = hashlib.blake2b(digest_size=16)
-    spans = _Spans(npy, len(columns))
-    cols = _column_index(columns)
-    with open(npy.path, "rb") as f:
-        for i in range(0, n, _SPAN):
-            block = npy.rows_into(f, i, min(i + _SPAN, n), spans.raw)
-            digest.update(block)  # C-contiguous: its bytes, no copy
-            x = spans.work[: len(block)]
-            x.copy_(torch.from_numpy(block)[:, cols])
-            check_finite("X", x, i)
-            y[i : i + len(block)] = block[:, col]
-            stats.add_max(x.numpy()[train[i : i + len(block)]])
-            stats.add_range(x)
+    for i, block, x in feature_spans(npy, columns):
+        digest.update(block)  # C-contiguous: its bytes, no copy
+        check_finite("X", x, i)
+        y[i : i + len(block)] = block[:, col]
+        stats.add_max(x.numpy()[train[i : i + len(block)]])
+        stats.add_range(x)
     if standardize:
-        stats.add_file_moments(npy, columns, train)
+        for _, _, x in feature_spans(npy, columns, train):
+            stats.add_moments(x.numpy())
     mean, scale = stats.result(standardize)
     stats.check_magnitude(mean, scale, dtype)
     return y, mean, scale, digest

@@ -35,7 +35,7 @@ import torch
 
 from .._validation import check_finite, check_weight, fail
 from ..data.files import frame_columns, iter_frames
-from ..data.out_of_core import StreamedRows, TemporaryNpy, _NpyFile, table_chunk_rows
+from ..data.out_of_core import StreamedRows, TemporaryNpy, _NpyFile, feature_spans, table_chunk_rows
 from .features import (
     FeatureSpec,
     FillTally,
@@ -266,7 +266,7 @@ def _kept_chunks(source, part: np.ndarray, chunk_rows: int) -> Iterator[tuple[An
 def _statistics(source, spec, part, chunk_rows, standardize, dtype, where, y, extras, encoded: TemporaryNpy):
     """Steps 3 and 4: every kept row encoded (finite; the digest) and written to
     ``encoded``, the training rows' column maxima, then their moments, read back from
-    ``encoded`` (:meth:`~.features.StreamedStandardization.add_file_moments`)."""
+    ``encoded`` (:func:`~torchglm.data.out_of_core.feature_spans`)."""
     stats = StreamedStandardization(len(spec.names))
     digest = hashlib.blake2b(digest_size=16)
     train = []
@@ -280,9 +280,9 @@ def _statistics(source, spec, part, chunk_rows, standardize, dtype, where, y, ex
         stats.add_range(torch.from_numpy(x))
     encoded.close()
     if standardize:
-        stats.add_file_moments(
-            _NpyFile(encoded.path, "source"), list(range(len(spec.names))), np.concatenate(train)
-        )
+        columns = list(range(len(spec.names)))
+        for _, _, x in feature_spans(_NpyFile(encoded.path, "source"), columns, np.concatenate(train)):
+            stats.add_moments(x.numpy())
     for t in (y, *extras.values()):
         digest.update(t.numpy().tobytes())
     digest.update(repr(spec.state()).encode())

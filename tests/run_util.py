@@ -15,6 +15,22 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
+def quiet_trainer(**kw):
+    """A Lightning ``Trainer`` that writes and prints nothing of its own (no logger,
+    checkpoint, progress bar or model summary, no sanity validation) unless ``kw``
+    says otherwise."""
+    import pytorch_lightning as pl
+
+    quiet = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "num_sanity_val_steps": 0,
+    }
+    return pl.Trainer(**{**quiet, **kw})
+
+
 def snapshot(path: Path) -> dict[str, str]:
     """Every file under ``path`` (dot files included) with a hash of its bytes."""
     if not path.exists():

@@ -12,7 +12,7 @@ import pytorch_lightning as pl
 import torch
 from graph_replay import RecordedGraph
 from pytorch_lightning.loggers import CSVLogger
-from run_util import TINY, fit_state, run_train_py
+from run_util import TINY, fit_state, quiet_trainer, run_train_py
 
 from torchglm import InputError, LogisticRegression, PerformanceWarning, SoftmaxRegression
 from torchglm.training import GLMDataModule, GLMTask
@@ -66,16 +66,12 @@ def _fit(
         train_metrics=False,
         cuda_graphs=cuda_graphs,
     )
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=epochs,
         accelerator=accelerator,
         devices=1,
         logger=CSVLogger(tmp_path, name="", version=f"graphs{int(cuda_graphs)}"),
         log_every_n_steps=3,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         callbacks=list(callbacks),
     )
     with warnings.catch_warnings(record=True) as caught:

@@ -15,7 +15,7 @@ import torch
 from pytorch_lightning.callbacks import EarlyStopping
 from pytorch_lightning.loggers import CSVLogger
 
-from run_util import checkpoint_weights, fit_state, train_tiny
+from run_util import checkpoint_weights, fit_state, quiet_trainer, train_tiny
 from torchglm import InputError, LogisticRegression, SoftmaxRegression
 from torchglm.data.batches import BatchBlock, TensorBatches
 from torchglm.training import GLMDataModule, GLMTask
@@ -83,14 +83,10 @@ def _fit(
         train_metrics=False,
     )
     counter = CountSteps()
-    trainer = pl.Trainer(
+    trainer = quiet_trainer(
         max_epochs=epochs,
         logger=CSVLogger(tmp_path, name="", version=f"k{k}"),
         log_every_n_steps=3,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
         precision=precision,
         callbacks=[counter, *callbacks],
         **trainer_kw,

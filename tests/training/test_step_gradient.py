@@ -11,7 +11,7 @@ import pytorch_lightning as pl
 import torch
 from torch import nn
 
-from run_util import fit_state
+from run_util import fit_state, quiet_trainer
 from torchglm import GeneralizedLinearModel, LogisticRegression, SoftmaxRegression
 from torchglm.training import GLMDataModule, GLMTask
 
@@ -74,16 +74,7 @@ def _fit(model, k, *, optimizer=None, basis=None, epochs=2, callbacks=(), **trai
         basis=basis,
         train_metrics=False,
     )
-    trainer = pl.Trainer(
-        max_epochs=epochs,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-        callbacks=list(callbacks),
-        **trainer_kw,
-    )
+    trainer = quiet_trainer(max_epochs=epochs, callbacks=list(callbacks), **trainer_kw)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         trainer.fit(task, datamodule=dm)

@@ -12,24 +12,17 @@ import torch
 from torchglm import InputError, LogisticRegression, SoftmaxRegression
 from torchglm.passes import FitResult, Fitter, run_passes
 from torchglm.training import GLMDataModule, GLMMetrics, GLMTask
+from run_util import quiet_trainer
 
 
 pytestmark = pytest.mark.usefixtures("quiet_one_thread")
 
 
 def _trainer(tmp_path=None, **kw):
-    kw = {
-        "max_epochs": 10,
-        "logger": False,
-        "enable_checkpointing": False,
-        "enable_progress_bar": False,
-        "enable_model_summary": False,
-        "num_sanity_val_steps": 0,
-        **kw,
-    }
+    kw = {"max_epochs": 10, **kw}
     if tmp_path is not None:
         kw["default_root_dir"] = str(tmp_path)
-    return pl.Trainer(**kw)
+    return quiet_trainer(**kw)
 
 
 def _sklearn_reference(dm, l2):

@@ -11,7 +11,10 @@ against scikit-learn's own LogisticRegression.
 2. ``GridSearchCV(Pipeline(StandardScaler(), est), {C: 6 values}, cv=5)`` on
    breast_cancer, with ``est`` torchglm's and scikit-learn's ``LogisticRegression``
    (defaults otherwise; scikit-learn with ``max_iter=1000`` so that no fold stops
-   early): wall time (min of ``--repeats``), best C and best mean CV accuracy.
+   early): wall time (min of ``--repeats``), best C and best mean CV accuracy, with
+   ``n_jobs=--grid-jobs`` (default 1: in this process; ``--grid-jobs 2`` runs the folds
+   in two worker processes, started by the first repeat and reused by the next:
+   ``python bench/sklearn_small.py --sections grid_jobs`` times the cold start apart).
 
 Run: ``python bench/sklearn_wrapper.py --threads 1 --repeats 5 --out bench/results/sklearn_wrapper.json``
 """
@@ -93,7 +96,7 @@ def overhead(n: int, d: int, repeats: int, C: float = 1.0) -> dict:
     }
 
 
-def grid_search(repeats: int) -> dict:
+def grid_search(repeats: int, n_jobs: int | None = None) -> dict:
     x, y = load_breast_cancer(return_X_y=True)
     out = {}
     for name, est, key in (
@@ -102,7 +105,7 @@ def grid_search(repeats: int) -> dict:
     ):
         times = []
         for _ in range(repeats):
-            grid = GridSearchCV(make_pipeline(StandardScaler(), est), {key: C_GRID}, cv=5)
+            grid = GridSearchCV(make_pipeline(StandardScaler(), est), {key: C_GRID}, cv=5, n_jobs=n_jobs)
             t, _ = _timed(lambda grid=grid: grid.fit(x, y))
             times.append(t)
         out[name] = {
@@ -121,6 +124,7 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=50)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument("--grid-jobs", type=int, default=None, help="GridSearchCV's n_jobs")
     parser.add_argument("--out", default=None, help="write the results as JSON here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -136,7 +140,8 @@ def main() -> None:
             "numpy": np.__version__,
         },
         "overhead": overhead(args.n, args.d, args.repeats),
-        "grid_search": grid_search(args.repeats),
+        "grid_jobs": args.grid_jobs,
+        "grid_search": grid_search(args.repeats, args.grid_jobs),
     }
     o, g = result["overhead"], result["grid_search"]
     print(
@@ -148,7 +153,7 @@ def main() -> None:
         print(f"  {step}: {1000 * t:.1f} ms")
     for name, r in g.items():
         print(
-            f"GridSearchCV(cv=5, 6 C) breast_cancer, {name}: {r['wall_s_min']:.2f} s, "
+            f"GridSearchCV(cv=5, n_jobs={args.grid_jobs}, 6 C) breast_cancer, {name}: {r['wall_s_min']:.2f} s, "
             f"best C {r['best_C']}, best score {r['best_score']:.4f}"
         )
     if args.out:

@@ -55,3 +55,33 @@ def test_fit_threads_caps_the_default_only(monkeypatch):
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(before)
+
+
+def test_core_fit_caps_its_default_threads_at_the_idle_cpus(monkeypatch):
+    """``model.fit`` (the core API) runs on ``min(torch's threads, idle CPUs)`` unless
+    given ``n_jobs``, and restores torch's setting after."""
+    import torchglm.solvers.api as api
+    from torchglm import LogisticRegression
+
+    seen = []
+    run_passes = api.run_passes
+
+    def recording(fitter, batches, limit):
+        seen.append(torch.get_num_threads())
+        return run_passes(fitter, batches, limit)
+
+    monkeypatch.setattr(api, "run_passes", recording)
+    monkeypatch.setattr(threads, "idle_cpus", lambda: 1)
+    x = torch.randn(200, 3, dtype=torch.float64)
+    y = (x[:, 0] + torch.randn(200, dtype=torch.float64) > 0).double()
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert LogisticRegression(3, l2=1e-3).fit(x, y, solver="newton").converged
+        assert seen == [1] and torch.get_num_threads() == 2
+        assert LogisticRegression(3, l2=1e-3).fit(x, y, solver="newton", n_jobs=2).converged
+        assert seen == [1, 2]
+        with pytest.raises(InputError, match="n_jobs"):
+            LogisticRegression(3).fit(x, y, n_jobs=0)
+    finally:
+        torch.set_num_threads(before)

@@ -10,8 +10,8 @@ is not told its thread count (``n_jobs=None`` of the scikit-learn estimators,
 ``idle`` being this process's CPUs less the other threads runnable at that moment
 (Linux's ``/proc/loadavg``; elsewhere torch's setting is kept). Setting the count
 (``n_jobs=k``, ``--threads k``) overrides the cap. The core API (``model.fit``,
-:func:`torchglm.solvers.fit`) runs on torch's setting as it is: call
-``torch.set_num_threads(k)``, or fit inside ``with torch_threads(None):``.
+:func:`torchglm.solvers.fit`) takes the same ``n_jobs`` with the same default; a
+``GLMTask`` driven by a user's own ``Trainer`` runs on torch's setting as it is.
 """
 
 from __future__ import annotations

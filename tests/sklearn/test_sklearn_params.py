@@ -99,17 +99,18 @@ def test_warm_start_starts_from_the_previous_coefficients():
 
 
 def _threads_of_each_fit(monkeypatch) -> list[int]:
-    """The torch thread count inside each model fit from now on (appended per fit)."""
-    from torchglm.models.glm import GeneralizedLinearModel
+    """The torch thread count inside each model fit from now on (appended per fit:
+    the core fit sets it, :func:`torchglm.solvers.fit`'s ``n_jobs``)."""
+    import torchglm.solvers.api as api
 
     seen = []
-    original = GeneralizedLinearModel.fit
+    original = api._fit_stages
 
-    def spy(self, *args, **kwargs):
+    def spy(*args, **kwargs):
         seen.append(torch.get_num_threads())
-        return original(self, *args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(GeneralizedLinearModel, "fit", spy)
+    monkeypatch.setattr(api, "_fit_stages", spy)
     return seen
 
 

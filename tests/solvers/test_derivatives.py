@@ -144,6 +144,30 @@ def test_hessian_vector_product_without_forming_h(family, link, transposed_max, 
     assert torch.allclose(sums.diag, H.diagonal(), rtol=1e-10, atol=1e-13)
 
 
+@pytest.mark.parametrize("kind", ["scalar", "blocks", "probs"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_curvature_in_the_transposed_layout(kind, weighted):
+    """``Curvature.apply_t`` (a small batch's Newton-CG products, in the (m, n) layout)
+    is ``apply``'s transpose for each kind of per-sample curvature."""
+    from torchglm.solvers.curvature import Curvature
+
+    g = torch.Generator().manual_seed(2)
+    n, k = 7, 4
+    weight = torch.rand(n, generator=g, dtype=torch.float64) + 0.5 if weighted else None
+    if kind == "scalar":
+        d2, k = torch.rand(n, generator=g, dtype=torch.float64), 1
+    elif kind == "blocks":
+        a = torch.randn(n, k, k, generator=g, dtype=torch.float64)
+        d2 = a @ a.transpose(1, 2)
+    else:
+        d2 = torch.softmax(torch.randn(n, k, generator=g, dtype=torch.float64), 1)
+    curv = Curvature(d2, weight if kind == "probs" else None, probs=kind == "probs")
+    u = torch.randn(n, k, generator=g, dtype=torch.float64)
+    expected = curv.apply(u).T
+    assert torch.allclose(curv.apply_t(u.T.contiguous()), expected, rtol=1e-13, atol=1e-15)
+    assert torch.allclose(curv.apply_t(2 * u.T), 2 * expected, rtol=1e-13, atol=1e-15)  # kept means reused
+
+
 @pytest.mark.parametrize("family", [f for f, c in FAMILIES.items() if not c.multi_output])
 def test_canonical_link_observed_equals_expected_information(family):
     """The identity the Newton pass relies on for canonical links: torch.func's

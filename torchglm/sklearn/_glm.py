@@ -113,8 +113,9 @@ class _GLMEstimator(TorchEstimator):
             and previous.has_intercept == model.has_intercept
         ):
             model.set_flat_parameters(previous.flat_parameters())
-        with torch_threads(getattr(self, "n_jobs", None)):
-            result = model.fit(X, y, weight=weight, solver=self.solver, **options)
+        result = model.fit(
+            X, y, weight=weight, solver=self.solver, n_jobs=getattr(self, "n_jobs", None), **options
+        )
         self.model_ = model
         self.fit_result_ = result
         self.n_iter_ = np.array([result.n_iter])

@@ -15,6 +15,7 @@ import torch
 
 from .._validation import NumericalWarning, fail, feature_names_of, warn
 from ..passes import FitResult, Fitter, LinearModel, run_passes
+from ..threads import torch_threads
 from ..data.batches import TensorBatches
 from .layout import hessian_cost
 from .finish import NEWTON_MAX_COST
@@ -183,6 +184,7 @@ def fit(
     polish: bool | None = None,
     max_passes: int | None = None,
     hessian_precision: str = "highest",
+    n_jobs: int | None = None,
     **options,
 ) -> FitResult:
     """Fit ``model`` in place by passes over in-memory batches, without a Trainer.
@@ -235,6 +237,29 @@ def fit(
         >>> result.converged
         True
     """
+    with torch_threads(n_jobs):
+        return _fit_stages(
+            model, x, y, weight, offset, solver, batch_size, max_iter, dtype, polish, max_passes,
+            hessian_precision, options,
+        )  # fmt: skip
+
+
+def _fit_stages(
+    model,
+    x,
+    y,
+    weight,
+    offset,
+    solver,
+    batch_size,
+    max_iter,
+    dtype,
+    polish,
+    max_passes,
+    hessian_precision,
+    options,
+) -> FitResult:
+    """:func:`fit`'s body, on the thread count it set."""
     names = feature_names_of(x)
     x, y, weight, offset = model.as_data(x, y, weight, offset)
     x, y = model.check_data(x, y, weight, offset)

@@ -24,6 +24,7 @@ class Curvature:
 
     def __init__(self, d2: torch.Tensor, weight: torch.Tensor | None = None, probs: bool = False):
         self.d2, self.weight, self.probs = d2, weight, probs
+        self._d2t: torch.Tensor | None = None  # the softmax's means transposed (:meth:`apply_t`)
 
     def diagonal(self) -> torch.Tensor:
         """``H_i[k, k]``, shape (n, m)."""
@@ -62,6 +63,23 @@ class Curvature:
             hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
             return hu if self.weight is None else scale_rows(hu, self.weight)
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
+
+    def apply_t(self, ut: torch.Tensor) -> torch.Tensor:
+        """``(H_i u_i)_i`` as :meth:`apply`, for ``u`` given as its transpose (m, n) and
+        returned so: a Newton-CG product's layout on a small dense batch
+        (:meth:`.PassSums.hvp`), where the softmax's means are kept transposed once
+        for all its products."""
+        d2 = self.d2
+        if self.probs:
+            if self._d2t is None:
+                self._d2t = d2.T.contiguous()
+            mt = self._d2t
+            t = mt * ut
+            hu = torch.addcmul(t, mt, t.sum(0, keepdim=True), value=-1)  # mu (u - mu^T u)
+            return hu if self.weight is None else hu * self.weight
+        if d2.dim() == 1:
+            return ut * d2
+        return torch.einsum("nkl,ln->kn", d2, ut)
 
 
 def scale_rows(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:

@@ -25,7 +25,7 @@ from .sparse_rows import SparseRows
 __all__ = ["PassSums", "hessian_and_gradient"]
 
 #: Stored dense batches keep a contiguous ``x^T`` for the Hessian-vector products
-#: (:meth:`PassSums._jvp`) up to this many entries in all: 2 MB in float64.
+#: (:meth:`PassSums._kept_xt`) up to this many entries in all: 2 MB in float64.
 HVP_TRANSPOSED_MAX = 2**18
 
 
@@ -121,7 +121,7 @@ class PassSums:
         self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
         self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_jvp`)
+        self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
         self.mask = penalty_mask(model, **opts)
@@ -300,32 +300,42 @@ class PassSums:
         V = v[: m * d].view(m, d)
         c = v[m * d :] if self.has_bias else None
         out = torch.zeros_like(v)
+        W = out[: m * d].view(m, d)
         for i, (x, curv) in enumerate(self.stored):
-            u = self._jvp(i, V, c)  # (n, m): the directional change of eta
-            hu = curv.apply(u)
-            out[: m * d] += products.rt_x(hu, x).reshape(-1)
+            xt = self._kept_xt(i)
+            if xt is not None:
+                # A small dense batch works in the (m, n) layout throughout: the products
+                # (m, d) @ (d, n) and (m, n) @ (n, d) and the curvature on contiguous
+                # rows (1,797 x 64, m = 10, one thread: 270 against 330 us a product).
+                ut = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
+                hu = curv.apply_t(ut)
+                W.addmm_(hu, x)
+                bias = hu.sum(1)
+            else:
+                u = x @ V.T  # (n, m): the directional change of eta
+                hu = curv.apply(u if c is None else u + c)
+                W += products.rt_x(hu, x)
+                bias = hu.sum(0)
             if c is not None:
-                out[m * d :] += hu.sum(0)
+                out[m * d :] += bias
         all_reduce_sum(out)
         if self._hvp_penalty is None:
             self._hvp_penalty = self.penalty.curvature(self.mask)
-        return out / self.weight_sum + self._hvp_penalty * v
+        return torch.addcmul(out.div_(self.weight_sum), self._hvp_penalty, v)
 
-    def _jvp(self, i: int, V: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
-        """``X~ [V, c]^T`` (n, m) over the ``i``-th stored batch. A small dense batch
-        keeps ``x^T`` contiguous from its first product on: ``(V x^T)^T`` with ``x^T``
+    def _kept_xt(self, i: int) -> torch.Tensor | None:
+        """``x^T`` of the ``i``-th stored batch, kept contiguous from its first product
+        on where it is small and dense (:meth:`_xt_fits`): ``V x^T`` with ``x^T``
         (m, d) @ (d, n) ran 1.9x faster than ``x V^T`` (n, d) @ (d, m) for m = 10
         (MKL, one thread, 1,797 x 64: 171 against 328 us), and a Newton-CG fit makes
-        hundreds of them; a large batch is not copied (its products are memory-bound), nor one on an accelerator."""
-        x = self.stored[i][0]
+        hundreds of them; a large batch is not copied (its products are memory-bound),
+        nor one on an accelerator. ``None`` where none is kept."""
         xt = self._xt.get(i)
-        if xt is None and self._xt_fits(x):
-            xt = self._xt[i] = x.T.contiguous()
         if xt is None:
-            u = x @ V.T
-            return u if c is None else u + c
-        u = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
-        return u.T
+            x = self.stored[i][0]
+            if self._xt_fits(x):
+                xt = self._xt[i] = x.T.contiguous()
+        return xt
 
     def _xt_fits(self, x) -> bool:
         """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within

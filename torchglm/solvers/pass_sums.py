@@ -69,6 +69,9 @@ class PassSums:
             each slab, scaled by the slab's rows over the rows summed (a sketched
             Hessian, :mod:`.sketch`; ``sketched`` then says one was summed): an
             estimate, never a certificate. Loss and gradient use every row.
+        target_cache: a dict that outlives the pass (the fitter's), where a batch's
+            targets keep the family's :meth:`~torchglm.families.Family.nll_y_term`
+            (a Poisson's ``lgamma(y + 1)``) between passes (:meth:`y_term`).
     """
 
     def __init__(
@@ -82,8 +85,10 @@ class PassSums:
         sparse_cache: dict | None = None,
         hessian_precision: str = "highest",
         hessian_stride: int = 1,
+        target_cache: dict | None = None,
     ):
         self.family = model.family
+        self.target_cache = target_cache
         self.hessian_precision = hessian_precision
         self.hessian_stride = hessian_stride
         self.sketched = False
@@ -179,11 +184,12 @@ class PassSums:
         probs = not self.scalar and self.family.is_canonical and self.curvature in ("diag", "hvp")
         # A sketched Hessian needs the curvature of its rows only (below).
         sketch = self.hess is not None and self.hessian_stride > 1 and not x.is_sparse
+        y_term = self.y_term(y, eta.dtype)
         if self.curvature is None or probs or sketch:
-            nll, d1 = eta_derivatives(self.family, eta, y, order=1)
+            nll, d1 = eta_derivatives(self.family, eta, y, order=1, y_term=y_term)
             d2 = self.family.mean(eta) if probs else None
         else:
-            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)
+            nll, d1, d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected, y_term=y_term)
         # The weight sum, row counts and target sum: the targets-only pass's sums.
         self._add_targets(y, offset, s)
         if s is not None:
@@ -210,6 +216,23 @@ class PassSums:
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None:
             self._add_curvature(x, d2, s if probs else None, probs)
+
+    def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+        """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
+        ``y`` in ``dtype``, evaluated on the batch's first pass and kept in
+        ``target_cache``. A batch's targets are known again by their storage, shape,
+        strides and version counter (an in-place write bumps it: the term is evaluated
+        anew); the entry holds them, so their memory is not reused while it lives, and
+        lives while the passes use it (the fitter drops the entries a pass did not see,
+        :meth:`.SparseRows.evict_unseen`)."""
+        if self.target_cache is None or y.is_inference():
+            return self.family.nll_y_term(y.to(dtype))
+        key = (y.data_ptr(), tuple(y.shape), y.stride(), y.dtype, str(y.device), y._version, dtype)
+        entry = self.target_cache.get(key)
+        if entry is None:
+            entry = self.target_cache[key] = {"pinned": y, "y_term": self.family.nll_y_term(y.to(dtype))}
+        entry["seen"] = True
+        return entry["y_term"]
 
     def _add_curvature(self, x, d2, s, probs: bool) -> None:
         """The batch's Hessian (dense or sparse), or its diagonal and the per-sample

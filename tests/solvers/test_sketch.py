@@ -71,9 +71,9 @@ def test_a_sketched_pass_differentiates_twice_only_its_sketched_rows(monkeypatch
     calls = []
     real = pass_sums.eta_derivatives
 
-    def spy(family, eta, y, order=2, expected=False):
+    def spy(family, eta, y, order=2, expected=False, **kwargs):
         calls.append((order, eta.shape[0]))
-        return real(family, eta, y, order, expected)
+        return real(family, eta, y, order, expected, **kwargs)
 
     monkeypatch.setattr(pass_sums, "eta_derivatives", spy)
     s = PassSums(make(), theta, "full", hessian_stride=7)

@@ -193,15 +193,6 @@ def check_features(
         raise fail(name, f"{n_features} feature columns", f"{x.shape[1]}")
     if x.shape[0] == 0:
         raise fail(name, "at least one sample", "0 rows")
-    if magnitude and x.layout == torch.strided and x.numel():
-        # One read of x for both checks: the column extremes give the global ones
-        # (NaN and inf show there: min/max propagate them), which decide finiteness.
-        col_lo, col_hi = _column_extremes(x)
-        extremes = float(col_lo.min()), float(col_hi.max())
-        if not all(math.isfinite(v) for v in extremes):
-            check_finite(name, x)  # raises, with the count and the first index
-        check_magnitude(name, x, extremes, column_max=torch.maximum(-col_lo, col_hi))
-        return x
     extremes = check_finite(name, x)
     if magnitude:
         check_magnitude(name, x, extremes)
@@ -410,6 +401,8 @@ def check_magnitude(
     if t.dim() != 2:
         return
     floor = math.sqrt(torch.finfo(t.dtype).tiny)
+    if column_max is None and _columns_reach(t, floor):
+        return
     column_max = _column_max_abs(t) if column_max is None else column_max
     small = (column_max > 0) & (column_max < floor)
     if bool(small.any()):
@@ -421,6 +414,26 @@ def check_magnitude(
             f"{int(small.sum())} such column(s), first column {j} with max |{name}[:, {j}]| = "
             f"{float(column_max[j]):.3g}",
         )
+
+
+#: The first rows of a dense matrix in which :func:`_columns_reach` looks for an
+#: entry of every column at or above the underflow bound.
+_PROOF_ROWS = 1024
+
+
+def _columns_reach(t: torch.Tensor, floor: float) -> bool:
+    """Whether every column of a dense 2-D ``t`` has an entry with ``|t_ij| >= floor``
+    among its first :data:`_PROOF_ROWS` rows: then ``max_i |t_ij| >= floor`` for every
+    column, and none can underflow, without reading the rest of ``t``. ``False`` (a
+    column without such an entry there: all-zero, tiny, or zero in the first rows) sends
+    :func:`check_magnitude` to the exact per-column maxima. Per-column reductions of
+    the whole matrix cost far more than its global extremes: 1,000,000 x 20 float64,
+    one thread, 119 ms through NumPy's column minima and maxima against 9 ms for
+    ``torch.aminmax`` (NumPy's reduction over axis 0 runs 20 columns at a time)."""
+    if t.layout != torch.strided:
+        return False
+    head = t[:_PROOF_ROWS]
+    return bool((torch.maximum(-head.amin(0), head.amax(0)) >= floor).all())
 
 
 #: Rows per group of :func:`_column_reduce`.

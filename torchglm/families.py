@@ -176,6 +176,18 @@ class Family:
     def _nll(self, eta: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def nll_y_term(self, y: torch.Tensor) -> torch.Tensor | None:
+        """The part of the per-sample NLL that depends on the target alone (a
+        normalizing constant, such as a Poisson's ``lgamma(y + 1)``) where this family's
+        :meth:`nll_derivatives` takes it back as ``y_term``: a fit evaluates it once per
+        batch and passes it every pass after (:class:`~torchglm.solvers.pass_sums.PassSums`).
+        ``None``: no such term (the default).
+
+        Args:
+            y: targets as :meth:`check_target` returns them, in eta's dtype.
+        """
+        return None
+
     def nll_derivatives(self, eta: torch.Tensor, y: torch.Tensor, order: int):
         """Closed-form ``(nll, d1)`` (``order=1``) or ``(nll, d1, d2)`` (``order=2``),
         the per-sample NLL and its observed derivatives with respect to eta, or
@@ -599,14 +611,19 @@ class Poisson(Family):
     def _nll(self, eta, y):
         return self.mean(eta) - y * self.link.log_inverse(eta) + torch.lgamma(y + 1)
 
-    def nll_derivatives(self, eta, y, order):
+    def nll_y_term(self, y):
+        # lgamma(y + 1), a per-sample constant: 15-20% of a float32 pass (500,000 x 30).
+        return torch.lgamma(y + 1) if self.is_canonical else None
+
+    def nll_derivatives(self, eta, y, order, y_term=None):
         # Log link: mu = e^eta once for the NLL, dl/deta = mu - y and d2l/deta2 = mu
-        # (the generic canonical form evaluates e^eta three times).
+        # (the generic canonical form evaluates e^eta three times); ``y_term``:
+        # :meth:`nll_y_term`'s lgamma(y + 1), when the caller kept it.
         if not self.is_canonical:
             return super().nll_derivatives(eta, y, order)
         y = y.to(eta.dtype)
         mu = torch.exp(eta)
-        nll = mu - y * eta + torch.lgamma(y + 1)
+        nll = mu - y * eta + (torch.lgamma(y + 1) if y_term is None else y_term)
         return (nll, mu - y) if order == 1 else (nll, mu - y, mu)
 
     def _valid_mean(self, mu):

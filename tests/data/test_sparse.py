@@ -324,6 +324,30 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     assert seen == [30, 5, 10]
 
 
+@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_large_dense_cast_keeps_values_and_order(order, dtype):
+    """A dense design cast to the working dtype through a NumPy-allocated array (large
+    ones, :func:`~torchglm.solvers.sparse_rows._numpy_buffer`) holds exactly
+    ``Tensor.to``'s values in the same memory order; a small one, one that needs
+    autograd and one without a C or Fortran order cast through ``Tensor.to``."""
+    from torchglm.solvers.sparse_rows import NUMPY_BUFFER_MIN_BYTES, _numpy_buffer, cast_values
+
+    g = torch.Generator().manual_seed(3)
+    other = torch.float64 if dtype == torch.float32 else torch.float32
+    rows = NUMPY_BUFFER_MIN_BYTES // (4 * 7) + 1
+    x = (torch.randn(rows, 7, generator=g, dtype=torch.float64) * 1e3).to(other)
+    x = x if order == "C" else x.T.contiguous().T
+    assert _numpy_buffer(x, dtype) is not None
+    out = cast_values(x, dtype)
+    assert out.dtype == dtype and out.stride() == x.to(dtype).stride()
+    assert torch.equal(out, x.to(dtype))
+    assert _numpy_buffer(x[:10], dtype) is None
+    assert _numpy_buffer(x[:, ::2], dtype) is None
+    assert _numpy_buffer(x.clone().requires_grad_(), dtype) is None
+    assert cast_values(x, other) is x
+
+
 def test_a_float32_csr_fit_in_float64_shares_its_index_arrays():
     """The working-dtype copy of a CSR design casts only its values: the fit's
     batches share the caller's index arrays (``Tensor.to`` copied them too)."""

@@ -464,6 +464,30 @@ def test_underflow_gate_sees_every_row(row, order):
         check_magnitude("X", as_order(x))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_underflow_gate_reads_past_the_first_rows_when_they_prove_nothing(dtype):
+    """The gate's shortcut (every column has an entry at or above the bound among the
+    first ``_PROOF_ROWS`` rows) decides nothing for a column those rows leave open: a
+    column zero or tiny there is judged on all its rows, so its one entry of order 1
+    far below them passes it, and without that entry it is refused (or, all zero, left
+    alone)."""
+    from torchglm._validation import _PROOF_ROWS, check_features
+
+    tiny = 1e-170 if dtype == torch.float64 else 1e-22
+    n = 3 * _PROOF_ROWS
+    x = torch.randn(n, 3, dtype=torch.float64).to(dtype)
+    x[:, 1] = 0.0
+    x[:, 2] *= tiny
+    x[n - 5, 2] = 1.5
+    check_features("X", x, 3, magnitude=True)  # column 2 reaches the bound only at row n - 5
+    x[n - 5, 2] = tiny
+    with pytest.raises(InputError, match="first column 2"):
+        check_features("X", x, 3, magnitude=True)
+    x[:, 2] = 0.0
+    x[n - 1, 1] = 2.0  # column 1: zero in the first rows, then of order 1
+    check_features("X", x, 3, magnitude=True)
+
+
 @pytest.mark.parametrize("l2", [math.inf, -math.inf, math.nan, -1.0])
 @pytest.mark.parametrize(
     "make",
@@ -497,10 +521,10 @@ def test_l2_inf_from_a_scikit_learn_wrapper_is_refused():
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_feature_gate_reads_the_columns_once(dtype, order):
-    """``check_features(magnitude=True)`` takes finiteness and both magnitude bounds from
-    one read of the column extremes: they equal torch's per-column ``amin``/``amax``
-    (NumPy's reductions for float32/float64 on a CPU, torch's otherwise), and a NaN or
-    an inf still gets the finiteness message with its count and first index."""
+    """The column extremes the underflow gate falls back on equal torch's per-column
+    ``amin``/``amax`` (NumPy's reductions for float32/float64 on a CPU, torch's
+    otherwise), and a NaN or an inf gets ``check_features``' finiteness message with its
+    count and first index."""
     from torchglm._validation import _column_extremes, check_features
 
     x = torch.randn(70, 3, dtype=torch.float64).to(dtype)

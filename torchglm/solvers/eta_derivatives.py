@@ -31,7 +31,14 @@ from torch.func import grad, vmap
 __all__ = ["eta_derivatives"]
 
 
-def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, expected: bool = False):
+def eta_derivatives(
+    family,
+    eta: torch.Tensor,
+    y: torch.Tensor,
+    order: int = 2,
+    expected: bool = False,
+    y_term: torch.Tensor | None = None,
+):
     """Per-sample loss and its first (and second) derivatives with respect to eta.
 
     Args:
@@ -44,6 +51,9 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
             single-output families. Multi-output families (the categorical with
             its canonical softmax link) have ``d2`` free of ``y``, so the
             expected and observed information coincide and ``d2`` is returned.
+        y_term: the family's :meth:`~torchglm.families.Family.nll_y_term` of ``y``
+            (kept by the caller across passes), for its closed forms; ``None``: none
+            kept (the closed forms evaluate it).
 
     Returns:
         ``nll`` (n,), ``d1`` like ``eta`` and, for ``order=2``, ``d2`` of shape (n,)
@@ -55,13 +65,13 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
     """
 
     if order == 2 and expected and eta.dim() == 1:
-        closed = family.nll_derivatives(eta, y, 2) if family.is_canonical else None
+        closed = _closed(family, eta, y, 2, y_term) if family.is_canonical else None
         if closed is not None:
             # A canonical link's observed curvature is the expected one, |dmu/deta| = V(mu)
             # (from the same elementwise pass as the loss: no second mean).
             nll, d1, d2 = closed
             return nll, d1, d2.abs()
-        nll, d1 = eta_derivatives(family, eta, y, order=1)
+        nll, d1 = eta_derivatives(family, eta, y, order=1, y_term=y_term)
         link = family.link
         dmu = link.inverse_derivative(eta)
         if family.is_canonical:
@@ -73,7 +83,7 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
             # Where V(mu) underflows to 0 the weight's limit is 0 (dmu/deta -> 0 faster).
             d2 = torch.where(v > 0, dmu * dmu / v, torch.zeros_like(v))
         return nll, d1, d2
-    closed = family.nll_derivatives(eta, y, order)
+    closed = _closed(family, eta, y, order, y_term)
     if closed is not None:
         return closed
 
@@ -102,3 +112,11 @@ def eta_derivatives(family, eta: torch.Tensor, y: torch.Tensor, order: int = 2, 
     eye = torch.eye(eta.shape[1], dtype=eta.dtype, device=eta.device)
     d2 = vmap(hessian_row)(eye).permute(1, 0, 2)
     return nll, d1, d2
+
+
+def _closed(family, eta, y, order, y_term):
+    """The family's closed forms, given its kept ``y_term`` (only a family whose
+    :meth:`~torchglm.families.Family.nll_y_term` gave one takes it)."""
+    if y_term is None:
+        return family.nll_derivatives(eta, y, order)
+    return family.nll_derivatives(eta, y, order, y_term=y_term)

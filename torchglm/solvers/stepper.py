@@ -199,6 +199,8 @@ class StepFitter(Fitter):
         self.dtype = self.compute_dtype(model, self.requested_dtype)
         # Sparse batches' transposed CSR, kept across passes (sparse_rows.SparseRows).
         self.sparse_cache: dict = {}
+        # The family's per-sample target terms, kept across passes (PassSums.y_term).
+        self.target_cache: dict = {}
         self.theta = flat_parameters(model, self.dtype).to(model.param_device)
         self.result = FitResult(solver=self.name)
         self.n_passes = 0
@@ -276,8 +278,9 @@ class StepFitter(Fitter):
         return self.finish.stop_predicted(self.result.history, self.tol)
 
     def start_pass(self) -> None:
-        if self.sparse_cache:
-            SparseRows.evict_unseen(self.sparse_cache)
+        for cache in (self.sparse_cache, self.target_cache):
+            if cache:
+                SparseRows.evict_unseen(cache)
         if self.start.data is not None:
             return  # this pass sums the data start's weighted least squares
         curvature = self.pass_curvature()
@@ -289,6 +292,7 @@ class StepFitter(Fitter):
             y_sum=self.base is None,
             targets_only=self.start.pending,
             sparse_cache=self.sparse_cache,
+            target_cache=self.target_cache,
             hessian_precision=self.hessian_precision,
             hessian_stride=self._hessian_stride(curvature),
         )

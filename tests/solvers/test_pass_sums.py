@@ -1,0 +1,93 @@
+"""A pass's sums (:class:`torchglm.solvers.pass_sums.PassSums`): the per-sample target
+terms a fit keeps between passes (a Poisson's ``lgamma(y + 1)``)."""
+
+import pytest
+import torch
+
+from torchglm import families
+from torchglm.data import TensorBatches
+from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers import fit
+from torchglm.solvers.pass_sums import PassSums
+from torchglm.solvers.sparse_rows import SparseRows
+
+pytestmark = pytest.mark.usefixtures("quiet_one_thread")
+
+
+def _poisson(n=600, d=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.poisson(torch.exp(0.3 * x[:, 0] + 0.5), generator=g)
+    model = GeneralizedLinearModel(d, "poisson", "log", l2=1e-3, dtype=torch.float64)
+    theta = torch.tensor([0.2, -0.1, 0.05, 0.4], dtype=torch.float64)
+    return x, y, model, theta
+
+
+def _pass(model, theta, batches, cache, curvature="full"):
+    s = PassSums(model, theta, curvature, target_cache=cache)
+    for b in batches:
+        s.add(b)
+    return s.finish()
+
+
+@pytest.fixture
+def y_terms(monkeypatch):
+    """The rows of every evaluation of ``Poisson.nll_y_term``."""
+    rows = []
+    real = families.Poisson.nll_y_term
+
+    def spy(self, y):
+        rows.append(y.shape[0])
+        return real(self, y)
+
+    monkeypatch.setattr(families.Poisson, "nll_y_term", spy)
+    return rows
+
+
+def test_kept_target_terms_give_the_same_sums_and_are_evaluated_once(y_terms):
+    """Three passes over three batches with the kept ``lgamma(y + 1)``: each batch's term
+    is evaluated on its first pass only, and every pass's sums equal, bit for bit,
+    those of a pass that evaluates it afresh."""
+    x, y, model, theta = _poisson()
+    batches = TensorBatches(x, y, batch_size=200)
+    cache = {}
+    fresh = _pass(model, theta, batches, None)
+    assert y_terms == [200, 200, 200]
+    for curvature in ("full", None, "hvp"):
+        kept = _pass(model, theta, batches, cache, curvature)
+        assert torch.equal(kept.loss, fresh.loss) and torch.equal(kept.grad, fresh.grad)
+    model.set_flat_parameters(theta)
+    with torch.no_grad():
+        torch.testing.assert_close(kept.loss, model.objective(x, y), rtol=1e-14, atol=0)
+    assert y_terms == [200] * 6 and len(cache) == 3
+
+
+def test_a_kept_term_is_evaluated_again_when_the_targets_change():
+    """Targets written in place (their version counter moves) or new targets in the same
+    shape get their own term: the sums are those of the targets as they are now."""
+    x, y, model, theta = _poisson()
+    cache = {}
+    first = _pass(model, theta, TensorBatches(x, y), cache)
+    y[:10] += 3.0  # in place: the same storage
+    again = _pass(model, theta, TensorBatches(x, y), cache)
+    expected = _pass(model, theta, TensorBatches(x, y), None)
+    assert torch.equal(again.loss, expected.loss) and not torch.equal(again.loss, first.loss)
+    other = y.flip(0).contiguous()
+    moved = _pass(model, theta, TensorBatches(x, other), cache)
+    assert torch.equal(moved.loss, _pass(model, theta, TensorBatches(x, other), None).loss)
+    # the fitter drops the entries its last pass did not see
+    SparseRows.evict_unseen(cache)
+    SparseRows.evict_unseen(cache)
+    assert len(cache) == 0
+
+
+def test_a_newton_fit_evaluates_the_target_terms_once_per_stage(y_terms):
+    """A Poisson fit by Newton evaluates ``lgamma(y + 1)`` once per row of each stage,
+    not once per pass, and reaches the optimum a fresh evaluation gives."""
+    x, y, model, _ = _poisson(n=3000)
+    result = fit(model, x, y, solver="newton", tol=1e-10)
+    assert result.converged and result.extra.passes >= 4
+    assert sum(y_terms) == 3000
+    with torch.no_grad():
+        loss = model.objective(x, y)
+    torch.testing.assert_close(torch.tensor(result.extra.loss, dtype=torch.float64), loss, rtol=1e-14, atol=0)

@@ -140,7 +140,7 @@ class PassSums:
             x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
         else:
             x = batch.x.to(self.theta.dtype)
-        rows = products.fused_rows(x)
+        rows = products.fused_rows(x, self.m)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
         # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
@@ -176,7 +176,10 @@ class PassSums:
         # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
         # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
         probs = not self.scalar and self.family.is_canonical and self.curvature in ("diag", "hvp")
-        if self.curvature is None or probs:
+        closed = self.family.nll_gradient_and_mean(eta, y) if probs else None
+        if closed is not None:
+            nll, d1, d2 = closed  # one softmax for the loss, gradient and kept mu
+        elif self.curvature is None or probs:
             nll, d1 = eta_derivatives(self.family, eta, y, order=1)
             d2 = self.family.mean(eta) if probs else None
         else:
@@ -321,9 +324,11 @@ class PassSums:
         xt = self._xt.get(i)
         if xt is None and self._xt_fits(x):
             xt = self._xt[i] = x.T.contiguous()
-        if xt is None:
+        if xt is None and (c is None or isinstance(x, SparseRows)):
             u = x @ V.T
             return u if c is None else u + c
+        if xt is None:
+            return torch.addmm(c, x, V.T)  # the bias added in the product's output
         u = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
         return u.T
 

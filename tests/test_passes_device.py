@@ -81,7 +81,7 @@ def _profile_pass(model, x, y, curvature="full"):
 def accelerator_chunks(monkeypatch):
     """The accelerator's chunk rule (ACCELERATOR_CHUNK elements per product, no CPU
     slabs), on CPU tensors."""
-    monkeypatch.setattr(P, "fused_rows", lambda x: None)
+    monkeypatch.setattr(P, "fused_rows", lambda x, outputs=1: None)
     chunk_rows = P.chunk_rows
     monkeypatch.setattr(
         P, "chunk_rows", lambda x, width, cpu_budget=None: chunk_rows(x, width, P.ACCELERATOR_CHUNK)

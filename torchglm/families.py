@@ -204,6 +204,13 @@ class Family:
         nll, d1 = self.nll(eta, y), self.mean(eta) - y
         return (nll, d1) if order == 1 else (nll, d1, self.link.inverse_derivative(eta))
 
+    def nll_gradient_and_mean(self, eta: torch.Tensor, y: torch.Tensor):
+        """Closed-form ``(nll, d1, mu)`` from one evaluation: the per-sample NLL, its
+        derivative with respect to eta and the mean (a Hessian-vector product's
+        curvature of the canonical softmax, ``diag(mu) - mu mu^T``), or ``None``
+        where the family has none (the caller then evaluates :meth:`mean` itself)."""
+        return None
+
     def valid_eta(self, eta: torch.Tensor) -> torch.Tensor:
         """Boolean mask of the eta values whose mean lies in the family's domain."""
         return self._valid_mean(self.mean(eta))
@@ -563,6 +570,15 @@ class Categorical(Family):
         d2 = None if order == 1 else torch.diag_embed(mu) - mu.unsqueeze(-1) * mu.unsqueeze(-2)
         d1 = mu.scatter_add_(-1, y.unsqueeze(-1), torch.full_like(nll, -1.0).unsqueeze(-1))
         return (nll, d1) if order == 1 else (nll, d1, d2)
+
+    def nll_gradient_and_mean(self, eta, y):
+        # mu kept beside mu - onehot(y): a copy of n x K is far cheaper than a second
+        # softmax (and mu is exact, not recovered as (mu_y - 1) + 1).
+        if not self.is_canonical:
+            return None
+        nll, mu = softmax_nll(eta, y)
+        d1 = mu.scatter_add(-1, y.unsqueeze(-1), torch.full_like(nll, -1.0).unsqueeze(-1))
+        return nll, d1, mu
 
     def strictly_separated(self, eta_dir, y):
         # -log softmax(eta)_y falls along d where d's eta of the observed class exceeds

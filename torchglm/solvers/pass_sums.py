@@ -146,7 +146,7 @@ class PassSums:
             x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
         else:
             x = batch.x.to(self.theta.dtype)
-        rows = products.fused_rows(x)
+        rows = products.fused_rows(x, self.m)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
         # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
@@ -185,7 +185,10 @@ class PassSums:
         # A sketched Hessian needs the curvature of its rows only (below).
         sketch = self.hess is not None and self.hessian_stride > 1 and not x.is_sparse
         y_term = self.y_term(y, eta.dtype)
-        if self.curvature is None or probs or sketch:
+        closed = self.family.nll_gradient_and_mean(eta, y) if probs else None
+        if closed is not None:
+            nll, d1, d2 = closed  # one softmax for the loss, gradient and kept mu
+        elif self.curvature is None or probs or sketch:
             nll, d1 = eta_derivatives(self.family, eta, y, order=1, y_term=y_term)
             d2 = self.family.mean(eta) if probs else None
         else:
@@ -355,8 +358,7 @@ class PassSums:
                 W.addmm_(hu, x)
                 bias = hu.sum(1)
             else:
-                u = x @ V.T  # (n, m): the directional change of eta
-                hu = curv.apply(u if c is None else u + c)
+                hu = curv.apply(self._eta_change(x, V, c))  # (n, m): eta's change, curved
                 W += products.rt_x(hu, x)
                 bias = hu.sum(0)
             if c is not None:
@@ -379,6 +381,15 @@ class PassSums:
             if self._xt_fits(x):
                 xt = self._xt[i] = x.T.contiguous()
         return xt
+
+    @staticmethod
+    def _eta_change(x, V: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
+        """``X~ [V, c]^T`` (n, m) over a batch without a kept ``x^T``; a dense batch
+        adds the bias inside the product's output."""
+        if c is None or isinstance(x, SparseRows):
+            u = x @ V.T
+            return u if c is None else u + c
+        return torch.addmm(c, x, V.T)
 
     def _xt_fits(self, x) -> bool:
         """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within

@@ -141,6 +141,13 @@ class StepFitter(Fitter):
             exact Hessians. The stage's numerical safeguards (an indefinite or
             singular rounded Hessian) are counted in ``extra.numerical_warnings``
             without a warning.
+        finish_first: a first-order solver begins with its Newton-type finish (its
+            first pass sums the finish's curvature, and its decrement either
+            certifies the start or gives the first Newton-type step).
+            :func:`~torchglm.solvers.fit` sets it on the float64 polish of a
+            first-order stage in float32, whose own first-order phase already
+            ended (a fresh first-order phase would rebuild its memory from a
+            gradient step). Newton-type solvers ignore it.
     """
 
     name = ""
@@ -165,6 +172,7 @@ class StepFitter(Fitter):
         saturation: float = 1e-10,
         handoff: bool = False,
         hessian_precision: str = "highest",
+        finish_first: bool = False,
     ):
         max_iter = self.default_max_iter if max_iter is None else max_iter
         if not isinstance(max_iter, int) or max_iter < 0:
@@ -184,11 +192,17 @@ class StepFitter(Fitter):
         if dtype is not None and not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
             raise fail("dtype", "a floating-point torch.dtype", dtype)
         self.max_iter, self.tol, self.gtol = max_iter, tol, gtol
+        # A handoff stage's first-order phase stops at the stage's resolution: its E
+        # rounds at eps(dtype), so a tighter quasi-Newton decrement only adds steps its
+        # line search cannot verify; its Newton-type finish, whose steps need no
+        # resolution of E to converge, then goes on to ``tol``.
+        self.first_order_tol = max(tol, 10 * torch.finfo(dtype).eps) if handoff and dtype else tol
         self.requested_dtype, self.armijo, self.max_halvings = dtype, armijo, max_halvings
         self.detect_separation = detect_separation
         self.saturation = saturation
         self.handoff = handoff
         self.hessian_precision = hessian_precision
+        self.finish_first = finish_first
         self.restart_from(model)
 
     def begin(self) -> None:
@@ -220,6 +234,9 @@ class StepFitter(Fitter):
         self.solve = Solve()
         self.check = DecrementTest(self.tol, self.dtype)
         self.finish = NewtonFinish(model)
+        if self.finish_first and not self.exact:
+            self.finish.begin(0)
+            self.result.extra.first_order_stop = "the previous stage's first-order phase ended"
         # Every family whose targets can sit on the boundary of the mean space
         # (``Family.separable``: a probability 0 or 1, a count's mean 0).
         self.separation = SeparationWatch(self.detect_separation and model.l2 == 0 and model.family.separable)
@@ -235,10 +252,13 @@ class StepFitter(Fitter):
         cls, dtype: torch.dtype, last: bool, previous: FitResult | None, tol: float, hessian_precision: str
     ) -> dict:
         """A stage before the last is a ``handoff`` stage (the polish verifies its last
-        step) with the asked ``hessian_precision``; see :meth:`.Fitter.stage_options`."""
+        step) with the asked ``hessian_precision``. The last stage after another of a
+        first-order solver begins with its Newton-type finish (``finish_first``). See
+        :meth:`.Fitter.stage_options`."""
         if last:
-            return {}
-        return {"handoff": True, "hessian_precision": hessian_precision}
+            return {"finish_first": True} if previous is not None and not cls.exact else {}
+        options = {"handoff": True, "hessian_precision": hessian_precision}
+        return options
 
     # -- resuming (a Trainer's checkpoint) -------------------------------------------
     def state_dict(self) -> dict:
@@ -275,7 +295,7 @@ class StepFitter(Fitter):
     def _first_order_stop_predicted(self) -> bool:
         """Whether the next accepted first-order step is predicted to meet the decrement
         rule (:meth:`~.finish.NewtonFinish.stop_predicted`)."""
-        return self.finish.stop_predicted(self.result.history, self.tol)
+        return self.finish.stop_predicted(self.result.history, self.first_order_tol)
 
     def start_pass(self) -> None:
         for cache in (self.sparse_cache, self.target_cache):
@@ -508,7 +528,7 @@ class StepFitter(Fitter):
             reason = f"{s.n_saturated} samples at the boundary of the mean space (separation?)"
         elif grad_norm <= self.gtol:
             reason = f"gradient norm {grad_norm:.3g} <= gtol {self.gtol:g}"
-        elif dec is not None and dec / 2 <= self.tol * scale:
+        elif dec is not None and dec / 2 <= self.first_order_tol * scale:
             reason = f"quasi-Newton decrement {dec / 2:.3g} <= tol*max(1,|E|)"
         else:
             return False
@@ -658,7 +678,10 @@ class StepFitter(Fitter):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`). Where
         its ``-g^T x`` is small enough to certify and no exact Hessian will confirm it
         (``finish.curvature == "hvp"``), the decrement returned is the upper bound of
-        :meth:`_bounded_cg` instead."""
+        :meth:`_bounded_cg` instead; not in a ``handoff`` stage, whose stop certifies
+        nothing (the stage that continues in float64 bounds its own decrement: the
+        bound's exact bias block costs ``n K^2`` flops, and its smaller-residual
+        solves more products, for a stop of the float32 stage only)."""
         self.solve.cg = True
         self.solve.certificate, self.solve.refusal = None, ""
         scale = max(1.0, abs(float(s.loss)))
@@ -680,7 +703,7 @@ class StepFitter(Fitter):
         x = self.remove_shift(x)
         dec = float(-(s.grad @ x))
         reach = max(self.tol, 100 * torch.finfo(self.dtype).eps) * scale
-        if self.finish.curvature == "hvp" and dec <= reach:
+        if self.finish.curvature == "hvp" and dec <= reach and not self.handoff:
             x, dec, n_more = self._bounded_cg(s, x, max_cg, precondition, scale)
             n_cg += n_more
         self.result.extra.cg_iterations = (self.result.extra.cg_iterations or []) + [n_cg]

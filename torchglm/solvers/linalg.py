@@ -200,7 +200,7 @@ def cg_solve(
     gnorm = math.sqrt(max(float(g @ precondition(g)), 0.0))
     if target is None:
         target = max(min(forcing, math.sqrt(gnorm)) * gnorm, floor)
-    x, r = (torch.zeros_like(g), -g) if start is None else (start[0], -g - start[1])
+    x, r = (torch.zeros_like(g), -g) if start is None else (start[0].clone(), -g - start[1])
     z = precondition(r)
     p = z.clone()
     rz = float(r @ z)
@@ -216,15 +216,13 @@ def cg_solve(
             return (-g if n == 1 and start is None else x), n, False
         alpha = rz / pAp
         decrease += alpha * rz
-        # Out of place, as the CG of the NIST suite's certified runs: Filip's outcome on
-        # the normal equations turns on these updates' rounding (README, Known limits).
-        x = x + alpha * p
-        r = r - alpha * Ap
+        x.add_(p, alpha=alpha)  # in place: a small problem's CG is bound by the ops' count
+        r.sub_(Ap, alpha=alpha)
         z = precondition(r)
         rz_new = float(r @ z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
             gx = -float(g @ x)
             return x, n, start is not None or 0.5 * decrease <= gx <= 2.0 * decrease
-        p = z + (rz_new / rz) * p
+        p.mul_(rz_new / rz).add_(z)
         rz = rz_new
     return x, n, False

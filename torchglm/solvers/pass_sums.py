@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+import math
+
 import torch
 
 from ..data.batches import Batch
@@ -115,8 +117,9 @@ class PassSums:
         self.loss_sum = torch.zeros((), **opts)
         self.weight_sum = torch.zeros((), **opts)
         # n_invalid, n_saturated, n_samples, n_offset, n_unseparated (samples of positive
-        # weight that theta's direction does not strictly separate)
-        self.counts = torch.zeros(5, **opts)
+        # weight that theta's direction does not strictly separate), and the sum behind
+        # :attr:`gradient_rounding` (sum of d1^2 / h over the rows)
+        self.counts = torch.zeros(6, **opts)
         self.want_y_sum = y_sum or targets_only
         self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
         self.targets_only = targets_only
@@ -218,6 +221,8 @@ class PassSums:
         if sketch:
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None:
+            if self.hess is not None and self.scalar:
+                self.counts[5] += _score_over_curvature(d1, d2)
             self._add_curvature(x, d2, s if probs else None, probs)
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
@@ -314,7 +319,7 @@ class PassSums:
             if t is not None:
                 finite = finite & torch.isfinite(t).all()
         no_loss = ~torch.isfinite(self.loss_sum)
-        invalid, saturated, n, n_offset, unseparated, overflow, infinite = torch.cat(
+        invalid, saturated, n, n_offset, unseparated, q_sum, overflow, infinite = torch.cat(
             [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
         ).tolist()
         self.n_invalid = int(invalid) + int(overflow)
@@ -325,6 +330,7 @@ class PassSums:
         self.completely_separated = self.saturation > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
+        self.gradient_rounding = self._gradient_rounding(q_sum, n)
         w, pen = self.theta * self.mask, self.penalty
         self.loss = self.loss_sum / S + pen.value(w)
         self.grad = self.grad / S + pen.grad(w)
@@ -333,6 +339,23 @@ class PassSums:
         if self.diag is not None:
             self.diag = self.diag / S + pen.curvature(self.mask)
         return self
+
+    def _gradient_rounding(self, q_sum: float, n: float) -> float | None:
+        """A bound on the rounding of each equilibrated gradient entry, or ``None``
+        where this pass cannot give one (no Hessian of its own, several outputs).
+
+        ``g_j = sum_i d1_i x_ij / S`` is summed with an error at most
+        ``n eps sum_i |d1_i x_ij| / S`` (recursive summation; blocked sums do better),
+        and by Cauchy-Schwarz with the weights ``h_i >= 0`` of ``H_jj = sum_i h_i x_ij^2 / S``,
+        ``sum_i |d1_i x_ij| / S <= sqrt(H_jj) sqrt(Q)``, ``Q = sum_i (d1_i^2 / h_i) / S``.
+        Equilibrated (``D_j = H_jj^{-1/2}``, the penalty only adding to ``H_jj``) the
+        bound is ``n eps sqrt(Q)`` for every entry: a gradient along a direction that
+        is null in the design (exactly collinear columns) is rounding below
+        ``sqrt(p) n eps sqrt(Q)``, one above it is not."""
+        if self.hess is None or not self.scalar or self.hessian_stride > 1 or not n:
+            return None
+        q = q_sum / float(self.weight_sum)
+        return n * torch.finfo(self.theta.dtype).eps * math.sqrt(q) if q >= 0 else None
 
     def hvp(self, v: torch.Tensor) -> torch.Tensor:
         """Hessian-vector product ``H v`` from the stored per-batch curvature.
@@ -481,3 +504,11 @@ def hessian_and_gradient(
         sums.add(batch)
     sums.finish()
     return sums.loss, sums.grad, sums.hess
+
+
+def _score_over_curvature(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
+    """``sum_i d1_i^2 / h_i`` of a batch (:meth:`PassSums._gradient_rounding`): 0 for a
+    row with ``d1_i = 0``, infinite for one with ``h_i <= 0`` and ``d1_i != 0`` (no
+    bound then)."""
+    q = torch.where(d2 > 0, d1.square() / d2.clamp_min(torch.finfo(d2.dtype).tiny), torch.inf)
+    return torch.where(d1 == 0, 0.0, q).sum()

@@ -289,8 +289,8 @@ def test_scipy_int32_indices_stay_int32_and_fit_like_dense():
 def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     """``auto`` on a sparse design runs L-BFGS with 30 pairs, fewer (not under 10)
     where the float64 pairs would take more bytes than the CSR (its passes, not its
-    directions, are what the fit pays for); a given ``memory`` and dense designs keep
-    theirs."""
+    directions, are what the fit pays for), and from the Jacobi scaling (sparse counts
+    are never standardized); a given ``memory`` and dense designs keep theirs."""
     from torchglm.solvers import api
     from torchglm.solvers.gradient import LBFGSFitter
 
@@ -308,9 +308,9 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
     seen = []
     init = LBFGSFitter.__init__
 
-    def recording(self, model, memory=10, **options):
-        seen.append(memory)
-        init(self, model, memory=memory, **options)
+    def recording(self, model, memory=10, jacobi=False, **options):
+        seen.append((memory, jacobi))
+        init(self, model, memory=memory, jacobi=jacobi, **options)
 
     LBFGSFitter.__init__ = recording
     try:
@@ -321,7 +321,7 @@ def test_auto_gives_lbfgs_a_longer_memory_on_a_sparse_design():
             assert fit(m, x, y, solver="auto", **options).converged
     finally:
         LBFGSFitter.__init__ = init
-    assert seen == [30, 5, 10]
+    assert seen == [(30, True), (5, True), (10, False)]  # the Jacobi start: sparse only
 
 
 @pytest.mark.parametrize("order", ["C", "F"])

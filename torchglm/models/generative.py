@@ -33,7 +33,8 @@ float64 model; nothing is cast down. Prediction casts its input to the model's
 dtype (a value that overflows it is an InputError).
 
 Subclasses give:
-    * ``_check_domain(name, x)``: support checks (counts, binary values...).
+    * ``_check_domain(name, x, extremes)``: support checks (counts, binary values...);
+      ``extremes``: the stored values' ``(min, max)`` the finiteness check read.
     * either ``_moments_kind`` (``"diagonal"``, ``"full"`` or ``"pooled"``:
       class means and centred scatter, :class:`~torchglm.models._moments.ClassMoments`),
       or ``_statistic_shapes()`` (``{name: shape}`` of the per-class sums) and
@@ -177,8 +178,10 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         return p / p.sum()
 
     # -- hooks subclasses implement -------------------------------------------
-    def _check_domain(self, name: str, x: torch.Tensor) -> None:
-        """Check that ``x`` lies in the support of ``p(x | C_k)``; raise InputError."""
+    def _check_domain(self, name: str, x: torch.Tensor, extremes: tuple[float, float] | None) -> None:
+        """Check that ``x`` lies in the support of ``p(x | C_k)``; raise InputError.
+        ``extremes``: the smallest and largest stored value (from the finiteness
+        check's one reduction; ``None`` for an integer tensor)."""
 
     #: ``None`` (plain sums from ``_batch_statistics``) or the layout of the class
     #: moments: ``"diagonal"``, ``"full"`` or ``"pooled"`` (see :class:`ClassMoments`).
@@ -258,7 +261,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
         dtype = self.working_dtype(x) if promote else self.dtype
         cast = x.to(dtype)
         try:
-            check_finite(name, cast)
+            extremes = check_finite(name, cast)
         except InputError:
             if cast is x or not x.is_floating_point():
                 raise
@@ -268,7 +271,7 @@ class GenerativeClassifier(FittedFlag, nn.Module):
                 f"values within the range of {dtype} (the model's dtype)",
                 f"values that overflow when cast from {x.dtype}",
             ) from None
-        self._check_domain(name, cast)
+        self._check_domain(name, cast, extremes)
         return cast
 
     def working_dtype(self, x: torch.Tensor) -> torch.dtype:

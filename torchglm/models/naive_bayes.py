@@ -44,17 +44,21 @@ __all__ = ["MultinomialNB", "BernoulliNB", "GaussianNB", "PoissonNB"]
 _ALPHA_FALLBACK = 1e-10
 
 
-def _check_non_negative(name: str, x: torch.Tensor) -> None:
-    """The count models' support: ``x >= 0``, integer or not (see :class:`_CountSums`)."""
-    values = stored_values(x)
-    if values.numel() == 0:
-        return
-    if bool((values < 0).any()):
-        raise fail(
-            name,
-            "non-negative counts or weights (such as tf-idf)",
-            f"a negative value (min {float(values.min()):g})",
-        )
+def _check_non_negative(name: str, x: torch.Tensor, extremes: tuple[float, float] | None = None) -> None:
+    """The count models' support: ``x >= 0``, integer or not (see :class:`_CountSums`).
+    Decided by the smallest stored value: ``extremes`` where the finiteness check read
+    it, else one reduction (``(values < 0).any()`` took 3.7 ms on 3.75 million
+    values, a third of a MultinomialNB fit of the 25,000 x 10,000 bag of words; the
+    minimum 0.9 ms)."""
+    if extremes is None:
+        values = stored_values(x)
+        if values.numel() == 0:
+            return
+        lo = float(values.min())
+    else:
+        lo = extremes[0]
+    if lo < 0:
+        raise fail(name, "non-negative counts or weights (such as tf-idf)", f"a negative value (min {lo:g})")
 
 
 def _smoothing(alpha: float, has_zero: bool, what: str) -> float:
@@ -132,8 +136,8 @@ class _CountSums:
     have no such reading and raise an InputError.
     """
 
-    def _check_domain(self, name, x):
-        _check_non_negative(name, x)
+    def _check_domain(self, name, x, extremes):
+        _check_non_negative(name, x, extremes)
 
     def _statistic_shapes(self):
         return {"feature_count": (self.n_classes, self.n_features)}
@@ -309,7 +313,7 @@ class BernoulliNB(GenerativeClassifier):
         values = (coo.values() > self.binarize).to(self.dtype)
         return torch.sparse_coo_tensor(coo.indices(), values, coo.shape)
 
-    def _check_domain(self, name, x):
+    def _check_domain(self, name, x, extremes):
         if self.binarize is None:
             values = stored_values(x)
             bad = (values != 0) & (values != 1)

@@ -9,6 +9,8 @@ gradient evaluation, so these fitters run unchanged under a Lightning
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .._validation import check_positive, fail
@@ -135,30 +137,52 @@ class LBFGSFitter(StepFitter):
     ``g^T H~ g / 2 <= tol max(1, |E|)`` (``H~`` the L-BFGS inverse-Hessian
     approximation), once pairs are stored.
 
+    With ``jacobi=True`` the recursion starts from ``H~0 = gamma D^{-1}`` instead,
+    ``D = diag(H)`` summed once at the first evaluated point (that pass reads the
+    squared values too) and ``gamma = s^T y / y^T D^{-1} y``; the first direction is
+    ``-D^{-1} g / max(1, (g^T D^{-1} g)^{1/2})``. That is L-BFGS in the coordinates
+    ``v = D^{1/2} theta`` (Nocedal & Wright §7.2 on the choice of ``H~0``): a change of
+    variables, so the objective, its penalty on the original coefficients and the
+    optimum are those of the plain fit, and the iterates are equivariant under
+    rescaling a column (``D_jj`` scales with its square). Columns whose scales differ
+    by orders of magnitude (hashed counts, where a bucket of frequent words has
+    ``diag(H)`` 10^4 times a rare one's) cost plain L-BFGS hundreds of iterations:
+    the 2^18-bucket hashed bag of words at 50,000 rows, 362 iterations and 452 passes
+    plain, 32 and 40 from the Jacobi start (bench/sparse.py).
+
     Args:
         model: the model to fit.
         memory: number of stored pairs.
+        jacobi: start the recursion from the Jacobi scaling (above); ``auto`` sets it
+            for a sparse design (:func:`~torchglm.solvers.fit`).
         **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
     """
 
     name = "lbfgs"
     default_max_iter = 1000
 
-    def __init__(self, model, memory: int = 10, **options):
+    def __init__(self, model, memory: int = 10, jacobi: bool = False, **options):
         if not isinstance(memory, int) or memory < 1:
             raise fail("memory", "a positive integer", memory)
+        if not isinstance(jacobi, bool):
+            raise fail("jacobi", "True or False", jacobi)
         self.memory = memory
+        self.jacobi = jacobi
         super().__init__(model, **options)
 
     def begin(self) -> None:
         super().begin()
         self.pairs: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+        #: ``D^{-1}`` of the Jacobi start (``jacobi=True``), once its pass summed ``D``.
+        self.metric: torch.Tensor | None = None
 
     def state_dict(self) -> dict:
-        """:meth:`StepFitter.state_dict` and the stored pairs and finishing phase."""
+        """:meth:`StepFitter.state_dict` and the stored pairs, Jacobi scaling and
+        finishing phase."""
         return {
             **super().state_dict(),
             "pairs": [tuple(t.detach().cpu() for t in p) for p in self.pairs],
+            "metric": None if self.metric is None else self.metric.detach().cpu(),
             "finishing": self.finish.active,
             "finish_from": self.finish.start_iter,
         }
@@ -167,7 +191,17 @@ class LBFGSFitter(StepFitter):
         super().load_state_dict(state)
         device = self.theta.device
         self.pairs = [tuple(t.to(device, self.dtype) for t in p) for p in state["pairs"]]
+        metric = state.get("metric")
+        self.metric = None if metric is None else metric.to(device, self.dtype)
         self.finish.active, self.finish.start_iter = state["finishing"], state["finish_from"]
+
+    def pass_curvature(self) -> str | None:
+        """The Jacobi start's ``D``: the first pass that evaluates a point sums
+        ``diag(H)`` (where it would sum no curvature)."""
+        curvature = super().pass_curvature()
+        if curvature is None and self.jacobi and self.metric is None and not self.start.pending:
+            return "diag"
+        return curvature
 
     def on_accept(self, s: PassSums, step: float) -> None:
         if self.base is None or step == 0:
@@ -181,13 +215,22 @@ class LBFGSFitter(StepFitter):
                 self.pairs.pop(0)
 
     def direction(self, s: PassSums):
-        q = s.grad.clone()
+        if self.jacobi and self.metric is None and s.diag is not None:
+            self.metric = jacobi_inverse(s.diag)
+        metric = self.metric
         if not self.pairs:
-            # A first step no longer than 1: the objective is a mean, so its
-            # curvature is O(1) for standardized features.
-            return -q / q.norm().clamp_min(1.0), None
+            # A first step no longer than 1 (in the Jacobi coordinates where given): the
+            # objective is a mean, so its curvature is O(1) for standardized features.
+            if metric is None:
+                return -s.grad / s.grad.norm().clamp_min(1.0), None
+            q = metric * s.grad
+            return -q / math.sqrt(max(1.0, float(s.grad @ q))), None
         sv, yv, _ = self.pairs[-1]
-        q = self.two_loop(q, (sv @ yv) / (yv @ yv))
+        if metric is None:
+            h0 = (sv @ yv) / (yv @ yv)
+        else:
+            h0 = (sv @ yv) / (yv @ (metric * yv)) * metric
+        q = self.two_loop(s.grad.clone(), h0)
         # g^T H~ g: the Newton decrement with the L-BFGS inverse-Hessian approximation.
         return -q, float(s.grad @ q)
 

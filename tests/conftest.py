@@ -34,3 +34,12 @@ def quiet_one_thread():
         warnings.filterwarnings("ignore", message=".*LeafSpec.*")
         yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture
+def quiet_sparse_beta():
+    """torch's sparse CSR support warns that it is in beta on every first use; tests of
+    sparse designs silence it (``pytestmark = pytest.mark.usefixtures("quiet_sparse_beta")``)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
+        yield

@@ -1,8 +1,6 @@
 """Sparse (COO/CSR) bag-of-words designs give the same fits as dense ones, without
 densifying the design: Newton-type and first-order solvers, mini-batch SGD, Naive Bayes."""
 
-import warnings
-
 import pytest
 import torch
 
@@ -11,11 +9,7 @@ from torchglm.data import TensorBatches
 from torchglm.solvers import fit
 
 
-@pytest.fixture(autouse=True)
-def _quiet_beta_sparse():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_sparse_beta")
 
 
 def _counts(n=300, d=40, k=2, seed=0):

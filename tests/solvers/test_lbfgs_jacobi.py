@@ -14,11 +14,7 @@ from torchglm.data import TensorBatches
 from torchglm.solvers import fit, flat_parameters, make_fitter
 
 
-@pytest.fixture(autouse=True)
-def _quiet_beta_sparse():
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*[Ss]parse.*")
-        yield
+pytestmark = pytest.mark.usefixtures("quiet_sparse_beta")
 
 
 def _hashed_counts(n=3000, d=200, k=2, seed=0):

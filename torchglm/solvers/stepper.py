@@ -257,8 +257,7 @@ class StepFitter(Fitter):
         :meth:`.Fitter.stage_options`."""
         if last:
             return {"finish_first": True} if previous is not None and not cls.exact else {}
-        options = {"handoff": True, "hessian_precision": hessian_precision}
-        return options
+        return {"handoff": True, "hessian_precision": hessian_precision}
 
     # -- resuming (a Trainer's checkpoint) -------------------------------------------
     def state_dict(self) -> dict:

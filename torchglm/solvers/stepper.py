@@ -661,15 +661,15 @@ class StepFitter(Fitter):
         # float32 rounds the gradient along an exactly null direction to 1e-8, so ``hidden``
         # reached 1e-11 > tol = 1e-12 on a dummy-variable trap.
         floor = max(self.tol, 10 * torch.finfo(self.dtype).eps)
-        self.solve.flat_gradient = flat if hidden > floor * max(1.0, abs(float(s.loss))) else 0.0
         # ``hidden`` is the least decrease along the dropped directions (their curvature
         # may be far below the cutoff), so a small one proves nothing unless the gradient
         # there is rounding, as along a direction null in the design; one above the
         # gradient's rounding bound is the objective's own slope (Filip on the normal
         # equations: flat 7e-14 against a bound 2e-16, E 1e-9 above the optimum).
         rounding = s.gradient_rounding
-        if flat and rounding is not None and flat > math.sqrt(s.grad.numel()) * rounding:
-            self.solve.flat_gradient = flat
+        sloped = rounding is not None and flat > math.sqrt(s.grad.numel()) * rounding
+        unresolved = hidden > floor * max(1.0, abs(float(s.loss))) or sloped
+        self.solve.flat_gradient = flat if flat and unresolved else 0.0
         # An indefinite Hessian (a non-canonical link away from the optimum): the step
         # with its negative eigenvalues flipped descends, but g^T |H|^-1 g is no
         # decrement (the point is no minimum), so it certifies nothing. Only this pass's

@@ -209,7 +209,11 @@ class LBFGSFitter(StepFitter):
         sv = self.theta - self.base_theta
         yv = s.grad - self.base.grad
         sy = sv @ yv
-        if float(sy) > torch.finfo(sv.dtype).eps * float(yv @ yv):
+        # Curvature along s well above rounding: s^T y > eps y^T H~0 y, in the metric of
+        # the recursion's start (Jacobi's D^-1 where given: scale-invariant, where
+        # eps y^T y skipped every float32 pair once a column was multiplied by 1e6).
+        yy = yv @ yv if self.metric is None else yv @ (self.metric * yv)
+        if float(sy) > torch.finfo(sv.dtype).eps * float(yy):
             self.pairs.append((sv, yv, 1.0 / sy))
             if len(self.pairs) > self.memory:
                 self.pairs.pop(0)

@@ -161,6 +161,11 @@ def test_auto_works_in_float32_on_a_sparse_design_past_the_small_problems():
     assert _auto_dtype(SoftmaxRegression(500, 2, l2=0.0, dtype=F64), "lbfgs", x) == torch.float32
     wide = _rows_of(30_000, 100, 500)  # 3e6
     assert _auto_dtype(LogisticRegression(500, l2=1e-3, dtype=F64), "lbfgs", wide) == torch.float32
+    # Values whose squares overflow float32 (a column times 1e20) stay in float64.
+    huge = torch.sparse_csr_tensor(
+        wide.crow_indices(), wide.col_indices(), wide.values() * 1e20, size=wide.shape
+    )
+    assert _auto_dtype(LogisticRegression(500, l2=1e-3, dtype=F64), "lbfgs", huge) is None
     # A dense design keeps its own rule (a softmax's flops).
     assert (
         _auto_dtype(LogisticRegression(500, l2=1e-3, dtype=F64), "lbfgs", _rows_of(100, 100, 500).to_dense())

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 
 import torch
 
-from .._validation import NumericalWarning, fail, feature_names_of, warn
+from .._validation import NumericalWarning, fail, feature_names_of, stored_values, warn
 from ..passes import FitResult, Fitter, LinearModel, run_passes
 from ..threads import torch_threads
 from ..data.batches import TensorBatches
@@ -356,12 +357,27 @@ def _auto_dtype(model: LinearModel, name: str, x: torch.Tensor) -> torch.dtype |
         flops = x.shape[0] * d * hessian_cost(model)
         return torch.float32 if flops >= AUTO_FLOAT32_MIN_FLOPS else None
     if name == "lbfgs" and x.layout != torch.strided:
-        # Past the small problems (fitted by Newton-type solvers where penalized).
-        return torch.float32 if _stored_entries(x) * model.n_outputs > AUTO_SMALL_MAX_ENTRIES else None
+        # Past the small problems (fitted by Newton-type solvers where penalized), on
+        # values whose sums of squares fit float32.
+        large = _stored_entries(x) * model.n_outputs > AUTO_SMALL_MAX_ENTRIES
+        return torch.float32 if large and _squares_fit(x, torch.float32) else None
     if name == "lbfgs" and model.n_outputs > 1:
         flops = 4 * x.shape[0] * d * model.n_outputs
         return torch.float32 if flops >= AUTO_FLOAT32_LBFGS_MIN_FLOPS else None
     return None
+
+
+def _squares_fit(x: torch.Tensor, dtype: torch.dtype) -> bool:
+    """Whether sums of squares of ``x``'s values stay finite in ``dtype``:
+    ``max |x| <= sqrt(finfo.max / n)``, :func:`~torchglm._validation.check_magnitude`'s
+    bound (one read of the stored values). Beyond it a float32 stage's diagonal and
+    products overflow (a column times 1e20: numerical warnings from a stage whose
+    point the float64 polish then discards)."""
+    values = stored_values(x)
+    if values.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(values)
+    return max(-float(lo), float(hi)) <= math.sqrt(torch.finfo(dtype).max / max(x.shape[0], 1))
 
 
 def _stored_entries(x: torch.Tensor) -> int:

@@ -574,7 +574,34 @@ class StepFitter(Fitter):
         if s.hess is not None and dec is not None and self.solve.exact and not self.separation.at_boundary(s):
             # Not with saturated samples: a separation needs its full steps watched.
             self.check.schedule_light(s, dec, scale, self.solve.rcond)
+            if self.check.light and self._polish_verifies():
+                self._end(False, self._handoff_message(dec), hand_off=True)
+                return True
         return False
+
+    def _polish_verifies(self) -> bool:
+        """Whether the stage that continues this ``handoff`` stage verifies its light pass
+        for it: Newton's or IRLS's float64 polish sums ``E`` and ``g`` only and steps with
+        this stage's last Hessian (:meth:`.newton.NewtonFitter.stage_options`), as a light
+        pass here would, in float64. So where the quadratic rate predicts convergence,
+        this stage hands the full step's point on at once: its own light pass in float32
+        evaluated the same point with the same Hessian (probit 200k x 50 and Poisson
+        500k x 30 spent one of their 7 passes on it), and the polish's first pass was a
+        step further along."""
+        return (
+            self.handoff
+            and self.exact
+            and self.curvature in ("full", "expected")
+            and self.hessian_precision == "highest"
+        )
+
+    def _handoff_message(self, dec: float) -> str:
+        lam = math.sqrt(max(dec, 0.0))
+        return (
+            f"handed to the next stage after a Newton step of decrement lambda^2 = {dec:.3g}: "
+            f"the quadratic rate predicts (lambda / (1 - lambda))^4 = {(lam / (1 - lam)) ** 4:.3g} "
+            f"<= tol*max(1,|E|) at the full step, which the next stage verifies with this Hessian"
+        )
 
     def _conclude(self, bound: float, stale: bool) -> bool:
         """A decrement within the tolerance: converged where the system was solved to
@@ -915,16 +942,17 @@ class StepFitter(Fitter):
         _warn(msg, SeparationWarning)
         self._end(False, msg)
 
-    def _end(self, converged: bool, message: str, warn: bool = False) -> None:
+    def _end(self, converged: bool, message: str, warn: bool = False, hand_off: bool = False) -> None:
         """End the fit: the model at the accepted point (a ``handoff`` stage's one
-        Newton-type step further), the result's verdict and final sums."""
+        Newton-type step further where it converged or, ``hand_off``, leaves the verifying
+        pass to the next stage: :meth:`_polish_verifies`), the result's verdict and final sums."""
         self.done = True
         r = self.result
         r.converged, r.message = converged, message
         base = self.base
         if base is not None:
             step = (
-                converged
+                (converged or hand_off)
                 and self.handoff
                 and self.newton_like
                 and self.solve.exact

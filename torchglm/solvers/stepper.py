@@ -128,7 +128,11 @@ class StepFitter(Fitter):
             sets it on a float32 stage followed by the float64 polish, whose first
             pass then usually confirms: a converged stage's step is worth a factor
             ``lambda^2`` in the objective's error, and without it the polish needs a
-            step and a second pass for ``lambda^2`` just above its tolerance.
+            step and a second pass for ``lambda^2`` just above its tolerance. A Newton
+            or IRLS stage whose polish steps with its last Hessian ends as soon as
+            the quadratic rate predicts convergence, at that step, unconverged
+            (:meth:`_polish_verifies`: the polish's first pass is then the verifying
+            pass).
         hessian_precision: the precision of the Hessian's matrix products
             (:data:`~torchglm.solvers.products.HESSIAN_PRECISIONS`): ``"highest"``
             (the working dtype), or for a ``handoff`` stage only, ``"tf32"`` (TF32

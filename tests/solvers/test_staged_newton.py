@@ -38,7 +38,7 @@ def test_a_float32_newton_stage_hands_its_full_step_to_the_polish_without_a_ligh
     pass spent twice), and its decrement decides."""
     x, y = _probit_data()
     model = ProbitRegression(10, l2=1e-4)
-    fitter = NewtonFitter(model, dtype=torch.float32, handoff=True, tol=1e-8)
+    fitter = NewtonFitter(model, dtype=torch.float32, handoff=True, tol=1e-6, polish_tol=1e-8)
     kinds = _pass_curvatures(fitter)
     stage = run_passes(fitter, TensorBatches(x.float(), y, None, None, None), 100)
     assert kinds[-1] == "full"  # no light pass (curvature None) after the last Hessian
@@ -46,6 +46,19 @@ def test_a_float32_newton_stage_hands_its_full_step_to_the_polish_without_a_ligh
     moved = fitter.base_theta + fitter.delta  # the full Newton step from the last point
     assert torch.equal(flat_parameters(model, torch.float32), moved)
     assert torch.equal(stage.extra.hessian, fitter.base.hess)
+
+
+def test_a_float32_newton_stage_keeps_its_light_pass_where_the_polish_would_step():
+    """Where the quadratic rate predicts only the stage's own tolerance, not the
+    polish's (or no polish tolerance is given), the stage verifies its step itself."""
+    x, y = _probit_data()
+    for polish_tol in (1e-30, None):
+        fitter = NewtonFitter(
+            ProbitRegression(10, l2=1e-4), dtype=torch.float32, handoff=True, tol=1e-6, polish_tol=polish_tol
+        )
+        kinds = _pass_curvatures(fitter)
+        stage = run_passes(fitter, TensorBatches(x.float(), y, None, None, None), 100)
+        assert kinds[-1] is None and kinds[-2] == "full" and stage.converged
 
 
 def test_the_polish_certifies_the_handed_point_at_the_float64_optimum():

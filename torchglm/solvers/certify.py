@@ -192,7 +192,8 @@ class ResidualBound:
 
     * **Penalized** (``l2 > 0``, data curvature positive semidefinite): with the bias
       block ``C = H_bb`` (exact, ``m x m``, :meth:`.PassSums.bias_block`), the step is
-      corrected on the bias by ``d_b = -C^+ r_b`` (one Hessian-vector product), so the
+      corrected on the bias by ``d_b = -C^+ r_b`` (one Hessian-vector product; none for
+      one output, whose pass summed ``H``'s bias column, :meth:`.PassSums.bias_product`), so the
       new residual ``r' = r + H[:, b] d_b`` has no bias part and
       ``r'^T H^+ r' = r'_w^T S^-1 r'_w <= ||r'_w||^2 / l2``: the Schur complement
       ``S = H_ww - H_wb C^+ H_bw`` of ``H`` is the data part's (positive semidefinite)
@@ -271,12 +272,13 @@ class ResidualBound:
                 return x, Hx, r, math.inf, 0  # C singular beyond the shift: no exact solve
             e = torch.zeros_like(x)
             e[md:] = d_b
-            He = s.hvp(e)
+            # (one output: from the pass's bias column, no Hessian-vector product)
+            He = s.bias_product(d_b)
             # r' = r + H[:, b] d_b: its bias part r_b + C d_b vanishes (up to the m x m
             # solve's rounding), so only r'_w is left to bound.
             x, Hx, r = x + e, Hx + He, self.project(r + He)
         rw = r[:md]
-        return x, Hx, r, float(rw @ rw) / self.l2, int(s.has_bias)
+        return x, Hx, r, float(rw @ rw) / self.l2, int(s.has_bias and s.bias_column is None)
 
     def _gram(self):
         """The equilibrated Cholesky factor of ``G`` (plus ``l2`` on the features), its

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 
-from .._validation import fail
+from .._validation import check_positive, fail
 from ..passes import FitResult
 from .pass_sums import PassSums
 from .registry import register_solver
@@ -71,6 +71,11 @@ class NewtonFitter(_SecondOrder):
             steps then converge at the rate of the float32 rounding of ``H``
             (about ``1e-7 cond(H)`` per step), and the stopping rule is evaluated
             with float64 loss and gradient.
+        polish_tol: for a ``handoff`` stage whose polish steps with its last Hessian,
+            the polish's tolerance: where Newton's quadratic rate predicts the full
+            step meets it, the stage ends there and leaves its light verifying pass to
+            the polish (:meth:`~torchglm.solvers.stepper.StepFitter._polish_verifies`;
+            :func:`fit` sets it).
         **options: see :class:`~torchglm.solvers.stepper.StepFitter`.
 
     Example:
@@ -86,7 +91,12 @@ class NewtonFitter(_SecondOrder):
     name = "newton"
     curvature = "full"
 
-    def __init__(self, model, fixed_hessian: torch.Tensor | None = None, **options):
+    def __init__(
+        self, model, fixed_hessian: torch.Tensor | None = None, polish_tol: float | None = None, **options
+    ):
+        if polish_tol is not None:
+            check_positive("polish_tol", polish_tol, allow_zero=True)
+        self.polish_tol = polish_tol
         self.given_hessian = fixed_hessian
         if fixed_hessian is not None:
             # Passes then sum only loss and gradient; every step uses this matrix.
@@ -118,6 +128,8 @@ class NewtonFitter(_SecondOrder):
             options["fixed_hessian"] = previous.extra.hessian
         if not last:
             options["tol"] = max(tol, 10 * torch.finfo(dtype).eps)
+            if hessian_precision == "highest":
+                options["polish_tol"] = tol  # the polish verifies with this stage's Hessian
         return options
 
     def direction(self, s: PassSums):

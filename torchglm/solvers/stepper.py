@@ -792,7 +792,7 @@ class StepFitter(Fitter):
             if not met:
                 break
         self.solve.certificate = cert
-        if cert.model <= allowed < cert.bound:
+        if cert.model <= allowed < cert.bound and not self._step_before_refusing(cert):
             self.solve.refusal = self._refusal(bound, cert)
         if self.solve.refusal or not math.isfinite(cert.bound):
             # No certificate from this step: its own part only steers the fit on.
@@ -800,6 +800,19 @@ class StepFitter(Fitter):
             return cert.step, cert.model, products
         self.solve.exact = True  # the bound holds for any x, met target or not
         return cert.step, cert.bound, products
+
+    def _step_before_refusing(self, cert: CGCertificate) -> bool:
+        """Whether a finite bound still too loose after its smaller-residual solves is
+        stepped from instead of refused: at the first point of a first-order fit's
+        finish (the first-order phase's stop, or the point a float32 stage handed to the
+        float64 polish). There the step's own part can sit just under the tolerance
+        with no room left for the residual's bound (a float32 L-BFGS stage of a sparse
+        softmax, K = 5, handed over ``-2 m(x)`` = 2.4e-13 against 1e-12, and the
+        penalty's bound stayed at 9.8e-13 after three solves); one Newton-CG step, whose
+        line search decides, lands where the bound has the whole tolerance. The
+        decrement tested there is the bound (above the tolerance: no certificate here),
+        and a bound still too loose at a later point refuses."""
+        return math.isfinite(cert.bound) and self.finish.active and self.finish.steps(self.result.n_iter) == 0
 
     def _refusal(self, bound: ResidualBound, cert: CGCertificate) -> str:
         """Why a CG step's small decrement cannot certify, and what would."""

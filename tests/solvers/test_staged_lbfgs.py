@@ -228,3 +228,32 @@ def test_a_column_times_1e6_changes_neither_whether_nor_where_the_float32_stage_
     torch.testing.assert_close(w1, w0, rtol=1e-5, atol=1e-6)
     assert abs(r1.n_iter - r0.n_iter) <= 2, (r0.n_iter, r1.n_iter)
     assert abs(r1.extra.passes - r0.extra.passes) <= 3, (r0.extra.passes, r1.extra.passes)
+
+
+def _uniform_bag_of_words(n, d, per_row, K, seed=0):
+    """``per_row`` distinct terms of value 1 in every row: row sums are constant, so the
+    intercept is nearly collinear with the terms and the polish's residual bound is loose."""
+    g = torch.Generator().manual_seed(seed)
+    cols = torch.rand(n, d, generator=g, dtype=torch.float32).argsort(1)[:, :per_row].sort(1).values
+    crow = torch.arange(0, n * per_row + 1, per_row)
+    values = torch.ones(n * per_row, dtype=F64)
+    x = torch.sparse_csr_tensor(crow, cols.reshape(-1), values, size=(n, d))
+    W = torch.randn(d, K, generator=g, dtype=F64) * 0.3
+    y = torch.multinomial(torch.softmax(x @ W, 1), 1, generator=g).squeeze(1)
+    return x, y
+
+
+@pytest.mark.usefixtures("quiet_sparse_beta")
+def test_the_polish_steps_once_where_its_first_bound_has_no_room():
+    """The float32 stage hands the polish a point whose step decrement (2.4e-13) is within
+    tol = 1e-12 but whose residual bound (9.8e-13) is not after its tightening solves: the
+    polish takes one step (``StepFitter._step_before_refusing``) and certifies there,
+    where it used to end ``converged=False``. The certificate's own test is unchanged."""
+    x, y = _uniform_bag_of_words(8_000, 400, 70, 5)
+    assert x._nnz() * 5 > AUTO_SMALL_MAX_ENTRIES
+    m = SoftmaxRegression(400, 5, l2=1e-3, dtype=F64)
+    r = _fit(m, x, y, tol=1e-12)
+    assert r.converged, r.message
+    assert r.extra.stages == ["torch.float32", "torch.float64"]
+    cert = r.extra.cg_certificate
+    assert cert["decrement_bound"] <= 1e-12 * max(1.0, abs(r.extra.loss))

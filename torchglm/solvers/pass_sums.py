@@ -114,26 +114,42 @@ class PassSums:
         p = theta.numel()
         opts = dict(dtype=theta.dtype, device=theta.device)
         self.p = p
-        self.loss_sum = torch.zeros((), **opts)
-        self.weight_sum = torch.zeros((), **opts)
-        # n_invalid, n_saturated, n_samples, n_offset, n_unseparated (samples of positive
-        # weight that theta's direction does not strictly separate), and the sum behind
-        # :attr:`gradient_rounding` (sum of d1^2 / h over the rows)
-        self.counts = torch.zeros(6, **opts)
-        self.want_y_sum = y_sum or targets_only
-        self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
         self.targets_only = targets_only
         if targets_only:
             curvature = self.curvature = None
-        self.grad = torch.zeros(p, **opts)
-        self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
-        self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
+        self.want_y_sum = y_sum or targets_only
+        # Every sum of the pass in one zeroed buffer (one allocation, one all-reduce, one
+        # finiteness test in :meth:`finish`): the 6 counts, the weight sum, the target
+        # sum, then the loss, the gradient and the Hessian or its diagonal, contiguous
+        # in that order. The counts are n_invalid, n_saturated, n_samples, n_offset,
+        # n_unseparated (samples of positive weight that theta's direction does not
+        # strictly separate), and the sum behind :attr:`gradient_rounding` (sum of
+        # d1^2 / h over the rows).
+        ny = 1 if self.scalar else m
+        curv = p * p if curvature in ("full", "expected") else p if curvature in ("diag", "hvp") else 0
+        self._loss_at = 7 + ny
+        self._sums = buf = torch.zeros(self._loss_at + 1 + p + curv, **opts)
+        counts, weight_sum, y_sum, loss_sum, self.grad, rest = buf.split([6, 1, ny, 1, p, curv])
+        self.counts = counts
+        self._count = counts.unbind()  # a view of each count (a += into it: one op, no setitem)
+        self.weight_sum, self.loss_sum = weight_sum.view(()), loss_sum.view(())
+        self.y_sum = y_sum.view(()) if self.scalar else y_sum
+        self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
+        self.diag = rest if curvature in ("diag", "hvp") else None
+        self._batches = 0  # batches whose unseparated samples were counted
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sketch_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, d2) (:meth:`_add_sketch`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
-        self.mask = penalty_mask(model, **opts)
+        self._model = model
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """1 for the penalized (weight) entries of ``theta``, 0 for the bias
+        (:func:`.layout.penalty_mask`), made where a caller asks for it: a pass adds the
+        penalty over the leading ``m d`` entries, which are the penalized ones."""
+        return penalty_mask(self._model, dtype=self.theta.dtype, device=self.theta.device)
 
     def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
         # One value of the offset per sample, added to every output's eta, in the
@@ -169,9 +185,9 @@ class PassSums:
         """Weight sum, row counts and (asked for) weighted target sum of one batch."""
         n = y.shape[0]
         self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
-        self.counts[2] += n
+        self._count[2].add_(n)
         if offset is not None:
-            self.counts[3] += n
+            self._count[3].add_(n)
         if self.want_y_sum and self.scalar:
             yt = y.to(self.theta.dtype)
             self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
@@ -204,9 +220,9 @@ class PassSums:
             # The family knows its mean's domain (a Gaussian mean may be negative
             # under the inverse link; a binomial mean must stay below 1 under log).
             valid = self.family.valid_eta(eta)
-            self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
+            self._count[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
         if self.saturation > 0:
-            self.counts[1] += (nll < self.saturation).sum()
+            self._count[1].add_((nll < self.saturation).sum())
             self._count_unseparated(eta, y, offset, s)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
@@ -215,14 +231,14 @@ class PassSums:
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
-        self.grad[: m * d] += products.rt_x(r, x).reshape(-1)
+        self.grad[: m * d].add_(products.rt_x(r, x).reshape(-1))
         if self.has_bias:
-            self.grad[m * d :] += r.sum(0)
+            self.grad[m * d :].add_(r.sum(0))
         if sketch:
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None:
             if self.hess is not None and self.scalar:
-                self.counts[5] += _score_over_curvature(d1, d2)
+                self._count[5].add_(_score_over_curvature(d1, d2))
             self._add_curvature(x, d2, s if probs else None, probs)
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
@@ -283,64 +299,63 @@ class PassSums:
         """Count the samples of positive weight whose loss theta's own direction (its
         linear predictor: eta less the offset) does not lower strictly; a family that
         proves no separation counts every sample."""
-        if self.counts.device.type == "cpu" and self.counts[4] > 0:
+        if self._batches and self.counts.device.type == "cpu" and self._count[4] > 0:
             return  # one unseparated sample settles it (a read that costs no device sync here)
+        self._batches += 1
         eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
         sep = self.family.strictly_separated(eta_dir, y)
         if sep is None:
-            self.counts[4] += y.shape[0]
+            self._count[4].add_(y.shape[0])
             return
         if s is not None:
             sep = sep | (s <= 0)
-        self.counts[4] += (~sep).sum()
+        self._count[4].add_((~sep).sum())
 
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
         h = curv.diagonal()  # (n, m)
-        self.diag[: m * d] += products.rt_x(h, x, square=True).reshape(-1)
+        self.diag[: m * d].add_(products.rt_x(h, x, square=True).reshape(-1))
         if self.has_bias:
-            self.diag[m * d :] += h.sum(0)
+            self.diag[m * d :].add_(h.sum(0))
 
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
-        sums = [self.loss_sum, self.weight_sum, self.counts, self.y_sum, self.grad]
-        if self.hess is not None:
-            sums.append(self.hess)
-        if self.diag is not None:
-            sums.append(self.diag)
-        all_reduce_sum(*sums)
-        S = self.weight_sum
+        buf, at = self._sums, self._loss_at
+        all_reduce_sum(buf)
         # A finite loss with an overflowed gradient or Hessian (huge features, exp(eta)
         # times x^2) is no usable point either: counted as one invalid sample, so a trial
-        # there is rejected like one outside the link's domain. One host read per pass.
-        finite = torch.isfinite(self.loss_sum) & torch.isfinite(self.grad).all()
-        for t in (self.hess, self.diag):
-            if t is not None:
-                finite = finite & torch.isfinite(t).all()
-        no_loss = ~torch.isfinite(self.loss_sum)
-        invalid, saturated, n, n_offset, unseparated, q_sum, overflow, infinite = torch.cat(
-            [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
+        # there is rejected like one outside the link's domain. One host read per pass:
+        # the counts, the weight sum, and whether the loss and every sum after it are finite.
+        finite = torch.isfinite(buf[at:])
+        flags = torch.stack([finite.all(), finite[0]]).to(buf.dtype)
+        invalid, saturated, n, n_offset, unseparated, q_sum, S, all_finite, loss_finite = torch.cat(
+            [buf[:7], flags]
         ).tolist()
-        self.n_invalid = int(invalid) + int(overflow)
+        self.n_invalid = int(invalid) + int(not all_finite)
         # A point without a likelihood (eta outside the link's domain, or a target of zero
         # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
-        self.no_likelihood = invalid > 0 or infinite > 0
+        self.no_likelihood = invalid > 0 or not loss_finite
         self.n_saturated = int(saturated)
         self.completely_separated = self.saturation > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
-        self.gradient_rounding = self._gradient_rounding(q_sum, n)
-        w, pen = self.theta * self.mask, self.penalty
+        self.gradient_rounding = self._gradient_rounding(q_sum, n, S)
+        # The penalty on the leading m d entries (the weights; :func:`.layout.penalty_mask`).
+        pen, md = self.penalty, self.m * self.d
+        w = self.theta[:md]
         self.loss = self.loss_sum / S + pen.value(w)
-        self.grad = self.grad / S + pen.grad(w)
+        self.grad = self.grad / S
+        self.grad[:md].add_(pen.grad(w))
         if self.hess is not None:
-            self.hess = self.hess / S + torch.diag(pen.curvature(self.mask))
+            self.hess = self.hess.div_(S)
+            self.hess.diagonal()[:md].add_(pen.l2)
         if self.diag is not None:
-            self.diag = self.diag / S + pen.curvature(self.mask)
+            self.diag = self.diag.div_(S)
+            self.diag[:md].add_(pen.l2)
         return self
 
-    def _gradient_rounding(self, q_sum: float, n: float) -> float | None:
+    def _gradient_rounding(self, q_sum: float, n: float, S: float) -> float | None:
         """A bound on the rounding of each equilibrated gradient entry, or ``None``
         where this pass cannot give one (no Hessian of its own, several outputs).
 
@@ -354,7 +369,7 @@ class PassSums:
         ``sqrt(p) n eps sqrt(Q)``, one above it is not."""
         if self.hess is None or not self.scalar or self.hessian_stride > 1 or not n:
             return None
-        q = q_sum / float(self.weight_sum)
+        q = q_sum / S
         return n * torch.finfo(self.theta.dtype).eps * math.sqrt(q) if q >= 0 else None
 
     def hvp(self, v: torch.Tensor) -> torch.Tensor:

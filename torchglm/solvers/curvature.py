@@ -126,20 +126,27 @@ def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: 
 
 
 def _add_hessian_one(H: torch.Tensor, x, h: torch.Tensor, d: int, has_bias: bool, precision: str) -> None:
-    """:func:`add_hessian` for one output (``h`` of shape (n,)): ``x^T [h x]`` added
-    into ``H``'s weight block per row chunk, the bias row ``h^T x`` and corner
-    ``sum_i h_i``, with no class-pair bookkeeping (on a small batch that bookkeeping,
-    a dozen small tensors, cost more than the product)."""
-    rows = products.chunk_rows(x, d)
+    """:func:`add_hessian` for one output (``h`` of shape (n,)), with no class-pair
+    bookkeeping (on a small batch that bookkeeping, a dozen small tensors, cost more
+    than the product). A batch of one chunk adds ``X~^T [h X~]`` over the augmented
+    design ``X~ = [x, 1]`` as one product into the whole of ``H``; a larger one adds
+    ``x^T [h x]`` per row chunk into the weight block, then the bias row ``h^T x`` and
+    the corner ``sum_i h_i``."""
+    n = x.shape[0]
+    rows = products.chunk_rows(x, d + has_bias)
+    if has_bias and n <= rows:
+        xa = torch.cat([x, x.new_ones(n, 1)], 1)
+        products.add_product(H, xa.T, xa * h.unsqueeze(-1), precision)
+        return
     Hw = H[:d, :d]
-    for i in range(0, x.shape[0], rows):
+    for i in range(0, n, rows):
         xc = x[i : i + rows]
         products.add_product(Hw, xc.T, xc * h[i : i + rows].unsqueeze(-1), precision)
     if has_bias:
         hx = products.rt_x(h.unsqueeze(-1), x)[0]  # sum_i h_i x_i
-        H[:d, d] += hx
-        H[d, :d] += hx
-        H[d, d] += h.sum()
+        H[:d, d].add_(hx)
+        H[d, :d].add_(hx)
+        H[d, d].add_(h.sum())
 
 
 def add_hessian_sparse(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool) -> None:

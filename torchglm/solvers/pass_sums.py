@@ -327,11 +327,10 @@ class PassSums:
         # times x^2) is no usable point either: counted as one invalid sample, so a trial
         # there is rejected like one outside the link's domain. One host read per pass:
         # the counts, the weight sum, and whether the loss and every sum after it are finite.
-        finite = torch.isfinite(buf[at:])
-        flags = torch.stack([finite.all(), finite[0]]).to(buf.dtype)
-        invalid, saturated, n, n_offset, unseparated, q_sum, S, all_finite, loss_finite = torch.cat(
-            [buf[:7], flags]
-        ).tolist()
+        all_finite = torch.isfinite(buf[at:]).all().to(buf.dtype).reshape(1)
+        *head, loss, all_finite = torch.cat([buf[: at + 1], all_finite]).tolist()
+        invalid, saturated, n, n_offset, unseparated, q_sum, S = head[:7]
+        loss_finite = math.isfinite(loss)
         self.n_invalid = int(invalid) + int(not all_finite)
         # A point without a likelihood (eta outside the link's domain, or a target of zero
         # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
@@ -525,5 +524,5 @@ def _score_over_curvature(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
     """``sum_i d1_i^2 / h_i`` of a batch (:meth:`PassSums._gradient_rounding`): 0 for a
     row with ``d1_i = 0``, infinite for one with ``h_i <= 0`` and ``d1_i != 0`` (no
     bound then)."""
-    q = torch.where(d2 > 0, d1.square() / d2.clamp_min(torch.finfo(d2.dtype).tiny), torch.inf)
-    return torch.where(d1 == 0, 0.0, q).sum()
+    q = d1.square().div_(d2.clamp_min(torch.finfo(d2.dtype).tiny))  # 0 where d1_i = 0, whatever h_i
+    return torch.where((d2 > 0) | (d1 == 0), q, torch.inf).sum()

@@ -46,7 +46,8 @@ class PassSums:
     probability numerically 0 or 1: a sign of separation), ``completely_separated``
     whether the point's own coefficients, as a direction, lower every sample's loss
     strictly (:meth:`~torchglm.families.Family.strictly_separated`: a proof that no
-    optimum exists; counted with the saturation, else ``False``), ``n_samples`` the
+    optimum exists; counted with the saturation, else ``False``; ``False`` too where
+    no sample is saturated, the only case that asks for it), ``n_samples`` the
     rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of
     the targets (when asked): a scalar, or for the categorical family the weight of
     each class, shape (K,).
@@ -136,7 +137,10 @@ class PassSums:
         self.y_sum = y_sum.view(()) if self.scalar else y_sum
         self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
         self.diag = rest if curvature in ("diag", "hvp") else None
-        self._batches = 0  # batches whose unseparated samples were counted
+        self._batches = 0  # batches whose unseparated samples were counted or deferred
+        # A CPU pass's first batch, while none of its samples is saturated: its unseparated
+        # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
+        self._deferred: tuple | None = None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sketch_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, d2) (:meth:`_add_sketch`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
@@ -222,8 +226,9 @@ class PassSums:
             valid = self.family.valid_eta(eta)
             self._count[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
         if self.saturation > 0:
-            self._count[1].add_((nll < self.saturation).sum())
-            self._count_unseparated(eta, y, offset, s)
+            saturated = (nll < self.saturation).sum()
+            self._count[1].add_(saturated)
+            self._count_unseparated(eta, y, offset, s, saturated)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
             if d2 is not None and not probs:
@@ -295,13 +300,30 @@ class PassSums:
             self._sketch_rows = []
             add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
 
-    def _count_unseparated(self, eta, y, offset, s) -> None:
+    def _count_unseparated(self, eta, y, offset, s, saturated: torch.Tensor) -> None:
         """Count the samples of positive weight whose loss theta's own direction (its
         linear predictor: eta less the offset) does not lower strictly; a family that
-        proves no separation counts every sample."""
-        if self._batches and self.counts.device.type == "cpu" and self._count[4] > 0:
-            return  # one unseparated sample settles it (a read that costs no device sync here)
-        self._batches += 1
+        proves no separation counts every sample.
+
+        The count matters only in a pass with a saturated sample
+        (:meth:`.SeparationWatch.at_boundary`), so on a CPU (where reading a count costs
+        no device sync) the pass's first batch is counted only once a saturated sample
+        is seen, in it or in the next batch, or at :meth:`finish`: a small fit's passes
+        skip it (ten tensor operations a pass), and at most one batch waits."""
+        if self.counts.device.type == "cpu":
+            if self._deferred is not None:
+                self._count_batch_unseparated(*self._deferred)
+                self._deferred = None
+            if self._batches and self._count[4] > 0:
+                return  # one unseparated sample settles it
+            self._batches += 1
+            if self._batches == 1 and not saturated:
+                self._deferred = (eta, y, offset, s)
+                return
+        self._count_batch_unseparated(eta, y, offset, s)
+
+    def _count_batch_unseparated(self, eta, y, offset, s) -> None:
+        """:meth:`_count_unseparated` for one batch."""
         eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
         sep = self.family.strictly_separated(eta_dir, y)
         if sep is None:
@@ -321,6 +343,8 @@ class PassSums:
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
+        if self._deferred is not None and self._count[1] > 0:
+            self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at
         all_reduce_sum(buf)
         # A finite loss with an overflowed gradient or Hessian (huge features, exp(eta)
@@ -336,7 +360,7 @@ class PassSums:
         # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
         self.no_likelihood = invalid > 0 or not loss_finite
         self.n_saturated = int(saturated)
-        self.completely_separated = self.saturation > 0 and n > 0 and unseparated == 0
+        self.completely_separated = self.saturation > 0 and saturated > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
         self.gradient_rounding = self._gradient_rounding(q_sum, n, S)

@@ -421,8 +421,10 @@ class _Binary(Family):
         if self.is_canonical:
             # Logit: dl/deta = mu - y = (1 - y) mu - y (1 - mu), d2l/deta2 = mu (1 - mu),
             # all from the logs (mu - 1 would round to 0 once mu is within eps of 1).
-            a0, b0 = self.link.log_inverse(eta), self.link.log1m_inverse(eta)
-            nll, d1 = -(y * a0 + (1 - y) * b0), (1 - y) * a0.exp() - y * b0.exp()
+            # (Fused multiply-adds: exact for 0/1 targets, whose products are 0 or a0, b0.)
+            a0, b0, ny = self.link.log_inverse(eta), self.link.log1m_inverse(eta), 1 - y
+            nll = torch.addcmul(y * a0, ny, b0).neg_()
+            d1 = torch.addcmul(ny * a0.exp(), y, b0.exp(), value=-1)
             return (nll, d1) if order == 1 else (nll, d1, (a0 + b0).exp())
         # Other links: their closed-form derivatives of log mu and log(1 - mu), where
         # finite for every eta (probit).
@@ -446,7 +448,7 @@ class _Binary(Family):
         # for y = 0; a proportion strictly between 0 and 1 has a finite best eta.
         if self.link.name not in self._closed_links:
             return None
-        return ((y == 1) & (eta_dir > 0)) | ((y == 0) & (eta_dir < 0))
+        return torch.where(y == 1, eta_dir > 0, (y == 0) & (eta_dir < 0))
 
     def saturated_nll(self, y):
         return -(torch.xlogy(y, y) + torch.xlogy(1 - y, 1 - y))

@@ -204,6 +204,23 @@ def test_the_bayesian_api_does_not_import_lightning():
     assert out.stdout.strip() == "[]"
 
 
+def test_import_torchglm_and_a_core_fit_leave_sklearn_unloaded():
+    """scikit-learn loads only with what needs it (``torchglm.sklearn``): about half of
+    ``import torchglm``'s time, which every worker of a ``GridSearchCV`` paid."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, torch, torchglm\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x = torch.randn(50, 2, generator=g, dtype=torch.float64)\n"
+        "torchglm.LogisticRegression(2, l2=0.1).fit(x, (x[:, 0] > 0).double())\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 #: The layers, bottom up (README.md, "Architecture"): a module imports only from its
 #: own layer and the layers below it. Prefixes name packages or modules; the longest
 #: matching prefix places a module.

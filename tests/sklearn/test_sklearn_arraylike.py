@@ -190,3 +190,38 @@ def test_convergence_warning_is_sklearns():
     assert issubclass(torchglm.ConvergenceWarning, sklearn.exceptions.ConvergenceWarning)
     with pytest.warns(sklearn.exceptions.ConvergenceWarning):
         warnings.warn("x", torchglm.ConvergenceWarning)
+
+
+@pytest.mark.parametrize("category", ["sklearn", "torchglm"])
+def test_a_wrappers_convergence_warning_is_caught_by_either_class(category):
+    import torchglm.sklearn as tgs
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((100, 3))
+    y = (x[:, 0] + rng.standard_normal(100) > 0).astype(int)
+    cls = sklearn.exceptions.ConvergenceWarning if category == "sklearn" else torchglm.ConvergenceWarning
+    with pytest.warns(cls, match="max_iter=1 reached"):
+        tgs.LogisticRegression(max_iter=1).fit(x, y)
+
+
+def test_a_core_fits_warning_is_sklearns_once_the_user_loads_sklearn():
+    """``import torchglm`` does not load scikit-learn; a user who loads it after and
+    filters with its class still catches the core fit's ConvergenceWarning."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, warnings, torch, torchglm\n"
+        "assert 'sklearn' not in sys.modules\n"
+        "import sklearn.exceptions\n"
+        "warnings.simplefilter('error', sklearn.exceptions.ConvergenceWarning)\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x = torch.randn(100, 3, generator=g, dtype=torch.float64)\n"
+        "y = (x[:, 0] + torch.randn(100, generator=g, dtype=torch.float64) > 0).double()\n"
+        "try:\n"
+        "    torchglm.LogisticRegression(3, l2=0.01).fit(x, y, max_iter=1)\n"
+        "except sklearn.exceptions.ConvergenceWarning as w:\n"
+        "    print(type(w).__name__, isinstance(w, torchglm.ConvergenceWarning))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "ConvergenceWarning True"

@@ -91,3 +91,41 @@ def test_a_newton_fit_evaluates_the_target_terms_once_per_stage(y_terms):
     with torch.no_grad():
         loss = model.objective(x, y)
     torch.testing.assert_close(torch.tensor(result.extra.loss, dtype=torch.float64), loss, rtol=1e-14, atol=0)
+
+
+def _separating_pass(y: torch.Tensor, batches: int, w: float = 50.0) -> PassSums:
+    """A logistic pass at ``w e_0`` over ``x_0`` in [-1, 1], rows in order of ``|x_0|``
+    (the first batches the least certain): at ``w = 50`` the samples with
+    ``|x_0| > 0.5`` are saturated (loss below 1e-10), the others not."""
+    from torchglm.data.batches import Batch
+    from torchglm.solvers.layout import flat_parameters
+
+    x = torch.stack([_X0, torch.zeros(40, dtype=torch.float64)], 1)
+    model = GeneralizedLinearModel(2, "bernoulli", dtype=torch.float64)
+    with torch.no_grad():
+        model.linear.weight.copy_(torch.tensor([[w, 0.0]]))
+    sums = PassSums(model, flat_parameters(model), curvature="full", saturation=1e-10)
+    for rows in torch.arange(40).chunk(batches):
+        sums.add(Batch(x[rows], y[rows], None, None))
+    return sums.finish()
+
+
+_X0 = torch.linspace(-1, 1, 40, dtype=torch.float64)
+_X0 = _X0[_X0.abs().argsort(stable=True)]
+
+
+@pytest.mark.parametrize("batches", [1, 2, 4])
+def test_complete_separation_is_proven_whichever_batch_holds_the_saturated_samples(batches):
+    # With 2 or 4 batches the first has no saturated sample: its unseparated samples
+    # must still be counted once a later batch saturates.
+    y = (_X0 > 0).double()
+    s = _separating_pass(y, batches)
+    assert s.n_saturated > 0 and s.completely_separated
+    # an unsaturated sample on the wrong side (the first row, |x_0| smallest): not separated
+    y2 = y.clone()
+    y2[0] = 1.0 - y2[0]
+    s = _separating_pass(y2, batches)
+    assert s.n_saturated > 0 and not s.completely_separated
+    # no saturated sample (w = 1): separating, but not asked, so not claimed
+    s = _separating_pass(y, batches, w=1.0)
+    assert s.n_saturated == 0 and not s.completely_separated

@@ -29,6 +29,9 @@ Example:
     True
 """
 
+import sklearn.exceptions  # noqa: F401  (the base the wrappers' ConvergenceWarning takes)
+
+from .._validation import adopt_sklearn_warning
 from ._bayes import BayesianLogisticRegression
 from ._checks import expected_failed_checks
 from ._generative import (
@@ -40,6 +43,8 @@ from ._generative import (
     QuadraticDiscriminantAnalysis,
 )
 from ._glm import GLMClassifier, GLMRegressor, LogisticRegression, LogisticRegressionCV, ProbitRegression
+
+adopt_sklearn_warning()  # the wrappers' warnings: scikit-learn's class as well as torchglm's
 
 __all__ = [
     "BayesianLogisticRegression",

@@ -93,6 +93,8 @@ def scale_rows(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool, precision: str) -> None:
     """``X~^T diag(h_kl) X~`` for every class pair ``k <= l`` (``h`` symmetric):
     per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once."""
+    if m == 1 and d2.dim() == 1:
+        return _add_hessian_one(H, x, d2, d, has_bias, precision)
     md = m * d
     pairs = torch.triu_indices(m, m, device=x.device)  # (2, P), k <= l
     P = pairs.shape[1]
@@ -121,6 +123,30 @@ def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: 
         corner[pairs[0], pairs[1]] = hs
         corner[pairs[1], pairs[0]] = hs
         H[md:, md:] += corner
+
+
+def _add_hessian_one(H: torch.Tensor, x, h: torch.Tensor, d: int, has_bias: bool, precision: str) -> None:
+    """:func:`add_hessian` for one output (``h`` of shape (n,)), with no class-pair
+    bookkeeping (on a small batch that bookkeeping, a dozen small tensors, cost more
+    than the product). A batch of one chunk adds ``X~^T [h X~]`` over the augmented
+    design ``X~ = [x, 1]`` as one product into the whole of ``H``; a larger one adds
+    ``x^T [h x]`` per row chunk into the weight block, then the bias row ``h^T x`` and
+    the corner ``sum_i h_i``."""
+    n = x.shape[0]
+    rows = products.chunk_rows(x, d + has_bias)
+    if has_bias and n <= rows:
+        xa = torch.cat([x, x.new_ones(n, 1)], 1)
+        products.add_product(H, xa.T, xa * h.unsqueeze(-1), precision)
+        return
+    Hw = H[:d, :d]
+    for i in range(0, n, rows):
+        xc = x[i : i + rows]
+        products.add_product(Hw, xc.T, xc * h[i : i + rows].unsqueeze(-1), precision)
+    if has_bias:
+        hx = products.rt_x(h.unsqueeze(-1), x)[0]  # sum_i h_i x_i
+        H[:d, d].add_(hx)
+        H[d, :d].add_(hx)
+        H[d, d].add_(h.sum())
 
 
 def add_hessian_sparse(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool) -> None:

@@ -40,8 +40,9 @@ def equilibrate(H: torch.Tensor) -> torch.Tensor:
     Sluis, 1969).
     """
     h = H.diagonal().abs()
-    ok = torch.isfinite(h) & (h > 0)
-    return torch.where(ok, h.clamp_min(torch.finfo(H.dtype).tiny).rsqrt(), torch.ones_like(h))
+    r = h.clamp_min(torch.finfo(H.dtype).tiny).rsqrt()
+    # h > 0 leaves out 0 and NaN, r > 0 an infinite h (its r is 0).
+    return torch.where((h > 0) & (r > 0), r, 1.0)
 
 
 def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None):
@@ -82,14 +83,14 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     eps = torch.finfo(H.dtype).eps
     rtol = max(p, 10) * eps if rtol is None else rtol
     d = equilibrate(H)
-    Hs = H * d.unsqueeze(0) * d.unsqueeze(1)
+    Hs = (H * d).mul_(d.unsqueeze(1))
     gs = g * d
     L, info = torch.linalg.cholesky_ex(Hs)
     if int(info) == 0:
-        piv = L.diagonal()
+        lo, hi = L.diagonal().aminmax()
         # (min pivot / max pivot)^2 bounds the reciprocal condition number from above:
         # a tiny value means D H D is singular to working precision.
-        rcond = float((piv.min() / piv.max()) ** 2)
+        rcond = float((lo / hi) ** 2)
         if rcond > rtol:
             return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond, 0.0, 0
     evals, evecs = torch.linalg.eigh(Hs)

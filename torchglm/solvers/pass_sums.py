@@ -46,7 +46,8 @@ class PassSums:
     probability numerically 0 or 1: a sign of separation), ``completely_separated``
     whether the point's own coefficients, as a direction, lower every sample's loss
     strictly (:meth:`~torchglm.families.Family.strictly_separated`: a proof that no
-    optimum exists; counted with the saturation, else ``False``), ``n_samples`` the
+    optimum exists; counted with the saturation, else ``False``; ``False`` too where
+    no sample is saturated, the only case that asks for it), ``n_samples`` the
     rows seen, ``n_offset`` the rows with an offset and ``y_sum`` the weighted sum of
     the targets (when asked): a scalar, or for the categorical family the weight of
     each class, shape (K,).
@@ -114,29 +115,50 @@ class PassSums:
         p = theta.numel()
         opts = dict(dtype=theta.dtype, device=theta.device)
         self.p = p
-        self.loss_sum = torch.zeros((), **opts)
-        self.weight_sum = torch.zeros((), **opts)
-        # n_invalid, n_saturated, n_samples, n_offset, n_unseparated (samples of positive
-        # weight that theta's direction does not strictly separate), and the sum behind
-        # :attr:`gradient_rounding` (sum of d1^2 / h over the rows)
-        self.counts = torch.zeros(6, **opts)
-        self.want_y_sum = y_sum or targets_only
-        self.y_sum = torch.zeros(() if self.scalar else (m,), **opts)
         self.targets_only = targets_only
         if targets_only:
             curvature = self.curvature = None
-        self.grad = torch.zeros(p, **opts)
-        self.hess = torch.zeros(p, p, **opts) if curvature in ("full", "expected") else None
-        self.diag = torch.zeros(p, **opts) if curvature in ("diag", "hvp") else None
-        # One output's bias column of the Hessian, X~^T h (:meth:`bias_product`).
-        bias_column = curvature == "hvp" and self.scalar and self.has_bias
-        self.bias_column = torch.zeros(d + 1, **opts) if bias_column else None
+        self.want_y_sum = y_sum or targets_only
+        # Every sum of the pass in one zeroed buffer (one allocation, one all-reduce, one
+        # finiteness test in :meth:`finish`): the 6 counts, the weight sum, the target
+        # sum, then the loss, the gradient and the Hessian or its diagonal, contiguous
+        # in that order. The counts are n_invalid, n_saturated, n_samples, n_offset,
+        # n_unseparated (samples of positive weight that theta's direction does not
+        # strictly separate), and the sum behind :attr:`gradient_rounding` (sum of
+        # d1^2 / h over the rows).
+        ny = 1 if self.scalar else m
+        curv = p * p if curvature in ("full", "expected") else p if curvature in ("diag", "hvp") else 0
+        # One output's bias column of the Hessian, X~^T h (:meth:`bias_product`), last.
+        nb = d + 1 if curvature == "hvp" and self.scalar and self.has_bias else 0
+        self._loss_at = 7 + ny
+        self._sums = buf = torch.zeros(self._loss_at + 1 + p + curv + nb, **opts)
+        counts, weight_sum, y_sum, loss_sum, self.grad, rest, bias_column = buf.split(
+            [6, 1, ny, 1, p, curv, nb]
+        )
+        self.bias_column = bias_column if nb else None
+        self.counts = counts
+        self._count = counts.unbind()  # a view of each count (a += into it: one op, no setitem)
+        self.weight_sum, self.loss_sum = weight_sum.view(()), loss_sum.view(())
+        self.y_sum = y_sum.view(()) if self.scalar else y_sum
+        self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
+        self.diag = rest if curvature in ("diag", "hvp") else None
+        self._batches = 0  # batches whose unseparated samples were counted or deferred
+        # A CPU pass's first batch, while none of its samples is saturated: its unseparated
+        # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
+        self._deferred: tuple | None = None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sketch_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, d2) (:meth:`_add_sketch`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
-        self.mask = penalty_mask(model, **opts)
+        self._model = model
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """1 for the penalized (weight) entries of ``theta``, 0 for the bias
+        (:func:`.layout.penalty_mask`), made where a caller asks for it: a pass adds the
+        penalty over the leading ``m d`` entries, which are the penalized ones."""
+        return penalty_mask(self._model, dtype=self.theta.dtype, device=self.theta.device)
 
     def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
         # One value of the offset per sample, added to every output's eta, in the
@@ -172,9 +194,9 @@ class PassSums:
         """Weight sum, row counts and (asked for) weighted target sum of one batch."""
         n = y.shape[0]
         self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
-        self.counts[2] += n
+        self._count[2].add_(n)
         if offset is not None:
-            self.counts[3] += n
+            self._count[3].add_(n)
         if self.want_y_sum and self.scalar:
             yt = y.to(self.theta.dtype)
             self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
@@ -207,10 +229,11 @@ class PassSums:
             # The family knows its mean's domain (a Gaussian mean may be negative
             # under the inverse link; a binomial mean must stay below 1 under log).
             valid = self.family.valid_eta(eta)
-            self.counts[0] += (~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum()
+            self._count[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
         if self.saturation > 0:
-            self.counts[1] += (nll < self.saturation).sum()
-            self._count_unseparated(eta, y, offset, s)
+            saturated = (nll < self.saturation).sum()
+            self._count[1].add_(saturated)
+            self._count_unseparated(eta, y, offset, s, saturated)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
             if d2 is not None and not probs:
@@ -220,12 +243,12 @@ class PassSums:
         m, d = self.m, self.d
         self._add_gradient(x, r, d2)
         if self.has_bias:
-            self.grad[m * d :] += r.sum(0)
+            self.grad[m * d :].add_(r.sum(0))
         if sketch:
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None:
             if self.hess is not None and self.scalar:
-                self.counts[5] += _score_over_curvature(d1, d2)
+                self._count[5].add_(_score_over_curvature(d1, d2))
             self._add_curvature(x, d2, s if probs else None, probs)
 
     def _add_gradient(self, x, r: torch.Tensor, d2: torch.Tensor | None) -> None:
@@ -234,12 +257,12 @@ class PassSums:
         m, d = self.m, self.d
         if self.bias_column is not None and d2 is not None:
             rx = products.rt_x(torch.cat([r, d2.view(-1, 1)], 1), x)
-            self.bias_column[:d] += rx[m]
-            self.bias_column[d] += d2.sum()
+            self.bias_column[:d].add_(rx[m])
+            self.bias_column[d].add_(d2.sum())
             rx = rx[:m]
         else:
             rx = products.rt_x(r, x)
-        self.grad[: m * d] += rx.reshape(-1)
+        self.grad[: m * d].add_(rx.reshape(-1))
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
@@ -295,72 +318,87 @@ class PassSums:
             self._sketch_rows = []
             add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
 
-    def _count_unseparated(self, eta, y, offset, s) -> None:
+    def _count_unseparated(self, eta, y, offset, s, saturated: torch.Tensor) -> None:
         """Count the samples of positive weight whose loss theta's own direction (its
         linear predictor: eta less the offset) does not lower strictly; a family that
-        proves no separation counts every sample."""
-        if self.counts.device.type == "cpu" and self.counts[4] > 0:
-            return  # one unseparated sample settles it (a read that costs no device sync here)
+        proves no separation counts every sample.
+
+        The count matters only in a pass with a saturated sample
+        (:meth:`.SeparationWatch.at_boundary`), so on a CPU (where reading a count costs
+        no device sync) the pass's first batch is counted only once a saturated sample
+        is seen, in it or in the next batch, or at :meth:`finish`: a small fit's passes
+        skip it (ten tensor operations a pass), and at most one batch waits."""
+        if self.counts.device.type == "cpu":
+            if self._deferred is not None:
+                self._count_batch_unseparated(*self._deferred)
+                self._deferred = None
+            if self._batches and self._count[4] > 0:
+                return  # one unseparated sample settles it
+            self._batches += 1
+            if self._batches == 1 and not saturated:
+                self._deferred = (eta, y, offset, s)
+                return
+        self._count_batch_unseparated(eta, y, offset, s)
+
+    def _count_batch_unseparated(self, eta, y, offset, s) -> None:
+        """:meth:`_count_unseparated` for one batch."""
         eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
         sep = self.family.strictly_separated(eta_dir, y)
         if sep is None:
-            self.counts[4] += y.shape[0]
+            self._count[4].add_(y.shape[0])
             return
         if s is not None:
             sep = sep | (s <= 0)
-        self.counts[4] += (~sep).sum()
+        self._count[4].add_((~sep).sum())
 
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
         h = curv.diagonal()  # (n, m)
-        self.diag[: m * d] += products.rt_x(h, x, square=True).reshape(-1)
+        self.diag[: m * d].add_(products.rt_x(h, x, square=True).reshape(-1))
         if self.has_bias:
-            self.diag[m * d :] += h.sum(0)
+            self.diag[m * d :].add_(h.sum(0))
 
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
-        sums = [self.loss_sum, self.weight_sum, self.counts, self.y_sum, self.grad]
-        if self.hess is not None:
-            sums.append(self.hess)
-        if self.diag is not None:
-            sums.append(self.diag)
-        if self.bias_column is not None:
-            sums.append(self.bias_column)
-        all_reduce_sum(*sums)
-        S = self.weight_sum
+        if self._deferred is not None and self._count[1] > 0:
+            self._count_batch_unseparated(*self._deferred)
+        buf, at = self._sums, self._loss_at
+        all_reduce_sum(buf)
         # A finite loss with an overflowed gradient or Hessian (huge features, exp(eta)
         # times x^2) is no usable point either: counted as one invalid sample, so a trial
-        # there is rejected like one outside the link's domain. One host read per pass.
-        finite = torch.isfinite(self.loss_sum) & torch.isfinite(self.grad).all()
-        for t in (self.hess, self.diag):
-            if t is not None:
-                finite = finite & torch.isfinite(t).all()
-        no_loss = ~torch.isfinite(self.loss_sum)
-        invalid, saturated, n, n_offset, unseparated, q_sum, overflow, infinite = torch.cat(
-            [self.counts, torch.stack([~finite, no_loss]).to(self.counts.dtype).reshape(2)]
-        ).tolist()
-        self.n_invalid = int(invalid) + int(overflow)
+        # there is rejected like one outside the link's domain. One host read per pass:
+        # the counts, the weight sum, and whether the loss and every sum after it are finite.
+        all_finite = torch.isfinite(buf[at:]).all().to(buf.dtype).reshape(1)
+        *head, loss, all_finite = torch.cat([buf[: at + 1], all_finite]).tolist()
+        invalid, saturated, n, n_offset, unseparated, q_sum, S = head[:7]
+        loss_finite = math.isfinite(loss)
+        self.n_invalid = int(invalid) + int(not all_finite)
         # A point without a likelihood (eta outside the link's domain, or a target of zero
         # likelihood: y > 0 at a Poisson mean 0), as opposed to finite sums that overflowed.
-        self.no_likelihood = invalid > 0 or infinite > 0
+        self.no_likelihood = invalid > 0 or not loss_finite
         self.n_saturated = int(saturated)
-        self.completely_separated = self.saturation > 0 and n > 0 and unseparated == 0
+        self.completely_separated = self.saturation > 0 and saturated > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
-        self.gradient_rounding = self._gradient_rounding(q_sum, n)
-        w, pen = self.theta * self.mask, self.penalty
+        self.gradient_rounding = self._gradient_rounding(q_sum, n, S)
+        # The penalty on the leading m d entries (the weights; :func:`.layout.penalty_mask`).
+        pen, md = self.penalty, self.m * self.d
+        w = self.theta[:md]
         self.loss = self.loss_sum / S + pen.value(w)
-        self.grad = self.grad / S + pen.grad(w)
+        self.grad = self.grad / S
+        self.grad[:md].add_(pen.grad(w))
         if self.hess is not None:
-            self.hess = self.hess / S + torch.diag(pen.curvature(self.mask))
+            self.hess = self.hess.div_(S)
+            self.hess.diagonal()[:md].add_(pen.l2)
         if self.diag is not None:
-            self.diag = self.diag / S + pen.curvature(self.mask)
+            self.diag = self.diag.div_(S)
+            self.diag[:md].add_(pen.l2)
         if self.bias_column is not None:
-            self.bias_column = self.bias_column / S  # the bias is never penalized
+            self.bias_column = self.bias_column.div_(S)  # the bias is never penalized
         return self
 
-    def _gradient_rounding(self, q_sum: float, n: float) -> float | None:
+    def _gradient_rounding(self, q_sum: float, n: float, S: float) -> float | None:
         """A bound on the rounding of each equilibrated gradient entry, or ``None``
         where this pass cannot give one (no Hessian of its own, several outputs).
 
@@ -374,7 +412,7 @@ class PassSums:
         ``sqrt(p) n eps sqrt(Q)``, one above it is not."""
         if self.hess is None or not self.scalar or self.hessian_stride > 1 or not n:
             return None
-        q = q_sum / float(self.weight_sum)
+        q = q_sum / S
         return n * torch.finfo(self.theta.dtype).eps * math.sqrt(q) if q >= 0 else None
 
     def hvp(self, v: torch.Tensor) -> torch.Tensor:
@@ -542,5 +580,5 @@ def _score_over_curvature(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
     """``sum_i d1_i^2 / h_i`` of a batch (:meth:`PassSums._gradient_rounding`): 0 for a
     row with ``d1_i = 0``, infinite for one with ``h_i <= 0`` and ``d1_i != 0`` (no
     bound then)."""
-    q = torch.where(d2 > 0, d1.square() / d2.clamp_min(torch.finfo(d2.dtype).tiny), torch.inf)
-    return torch.where(d1 == 0, 0.0, q).sum()
+    q = d1.square().div_(d2.clamp_min(torch.finfo(d2.dtype).tiny))  # 0 where d1_i = 0, whatever h_i
+    return torch.where((d2 > 0) | (d1 == 0), q, torch.inf).sum()

@@ -15,6 +15,13 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = str(ROOT / "configs" / "tiny.yaml")
 
 
+def python_stdout(code: str) -> str:
+    """The stripped stdout of ``python -c code`` in a fresh interpreter (what an import
+    loads, what a warning is caught as, with nothing of this process's state)."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
 def quiet_trainer(**kw):
     """A Lightning ``Trainer`` that writes and prints nothing of its own (no logger,
     checkpoint, progress bar or model summary, no sanity validation) unless ``kw``

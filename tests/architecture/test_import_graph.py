@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import torchglm
+from run_util import python_stdout
 
 ROOT = Path(torchglm.__file__).parent
 
@@ -193,23 +194,16 @@ def test_lightning_is_imported_only_under_training():
 
 def test_the_bayesian_api_does_not_import_lightning():
     """``import torchglm.bayes`` (and ``import torchglm``) leave Lightning unloaded."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torchglm, torchglm.bayes; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pytorch_lightning', 'lightning')))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert python_stdout(code) == "[]"
 
 
 def test_import_torchglm_and_a_core_fit_leave_sklearn_unloaded():
     """scikit-learn loads only with what needs it (``torchglm.sklearn``): about half of
     ``import torchglm``'s time, which every worker of a ``GridSearchCV`` paid."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, torch, torchglm\n"
         "g = torch.Generator().manual_seed(0)\n"
@@ -217,8 +211,7 @@ def test_import_torchglm_and_a_core_fit_leave_sklearn_unloaded():
         "torchglm.LogisticRegression(2, l2=0.1).fit(x, (x[:, 0] > 0).double())\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] == 'sklearn'))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    assert python_stdout(code) == "[]"
 
 
 #: The layers, bottom up (README.md, "Architecture"): a module imports only from its

@@ -26,6 +26,7 @@ from torchglm import (
     glm_results,
 )
 from torchglm._validation import to_tensor
+from run_util import python_stdout
 
 
 @pytest.fixture
@@ -207,9 +208,6 @@ def test_a_wrappers_convergence_warning_is_caught_by_either_class(category):
 def test_a_core_fits_warning_is_sklearns_once_the_user_loads_sklearn():
     """``import torchglm`` does not load scikit-learn; a user who loads it after and
     filters with its class still catches the core fit's ConvergenceWarning."""
-    import subprocess
-    import sys
-
     code = (
         "import sys, warnings, torch, torchglm\n"
         "assert 'sklearn' not in sys.modules\n"
@@ -223,5 +221,4 @@ def test_a_core_fits_warning_is_sklearns_once_the_user_loads_sklearn():
         "except sklearn.exceptions.ConvergenceWarning as w:\n"
         "    print(type(w).__name__, isinstance(w, torchglm.ConvergenceWarning))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "ConvergenceWarning True"
+    assert python_stdout(code) == "ConvergenceWarning True"

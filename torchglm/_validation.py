@@ -365,6 +365,12 @@ def check_offset(offset: torch.Tensor | None, n: int) -> None:
         _check_per_sample("offset", offset, n)
 
 
+def square_sum_bound(dtype: torch.dtype, n: int) -> float:
+    """The largest ``|value|`` whose sums of ``n`` squares stay finite in ``dtype``:
+    ``sqrt(finfo.max / n)`` (:func:`check_magnitude`'s bound)."""
+    return math.sqrt(torch.finfo(dtype).max / max(n, 1))
+
+
 def check_magnitude(
     name: str,
     t: torch.Tensor,
@@ -410,7 +416,7 @@ def check_magnitude(
     lo, hi = extremes
     dtype = str(t.dtype).replace("torch.", "")
     n = int(t.shape[0]) if n_samples is None else int(n_samples)
-    bound = math.sqrt(torch.finfo(t.dtype).max / max(n, 1))
+    bound = square_sum_bound(t.dtype, n)
     largest = max(-lo, hi)
     if largest > bound:
         raise fail(

@@ -11,11 +11,10 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
-import math
 
 import torch
 
-from .._validation import NumericalWarning, fail, feature_names_of, stored_values, warn
+from .._validation import NumericalWarning, fail, feature_names_of, square_sum_bound, stored_values, warn
 from ..passes import FitResult, Fitter, LinearModel, run_passes
 from ..threads import torch_threads
 from ..data.batches import TensorBatches
@@ -385,7 +384,7 @@ def _squares_fit(x: torch.Tensor, dtype: torch.dtype) -> bool:
     if values.numel() == 0:
         return True
     lo, hi = torch.aminmax(values)
-    return max(-float(lo), float(hi)) <= math.sqrt(torch.finfo(dtype).max / max(x.shape[0], 1))
+    return max(-float(lo), float(hi)) <= square_sum_bound(dtype, x.shape[0])
 
 
 def _stored_entries(x: torch.Tensor) -> int:

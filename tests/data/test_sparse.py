@@ -177,6 +177,29 @@ def test_products_back_onto_sparse_rows_equal_dense(square, dtype):
     torch.testing.assert_close((rows.transposed(square) @ r).T, want, **tol)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_column_product_runs_through_scipy_and_equals_dense(dtype):
+    """``x @ w`` for one column on a CPU is scipy's CSR product over the same arrays
+    (the view the backward products use, no copy), in ``w``'s dtype, equal to the
+    dense product; several columns, or a ``w`` that needs a gradient, stay torch's."""
+    from torchglm.solvers.sparse_rows import SparseRows
+
+    g = torch.Generator().manual_seed(7)
+    dense = torch.randn(500, 90, generator=g, dtype=dtype)
+    dense[torch.rand(500, 90, generator=g) < 0.7] = 0
+    rows = SparseRows.of(dense.to_sparse_csr(), {}, dtype)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-13, atol=1e-12)
+    w = torch.randn(1, 90, generator=g, dtype=dtype).T  # a transposed view, as W.T is
+    out = rows @ w
+    assert "scipy" in rows.entry and out.dtype == dtype and out.shape == (500, 1)
+    torch.testing.assert_close(out, dense @ w, **tol)
+    W = torch.randn(90, 3, generator=g, dtype=dtype)
+    torch.testing.assert_close(rows @ W, dense @ W, **tol)
+    wg = w.detach().clone().requires_grad_(True)
+    (rows @ wg).sum().backward()
+    torch.testing.assert_close(wg.grad, dense.sum(0, keepdim=True).T, **tol)
+
+
 def test_the_transpose_cache_keeps_only_what_the_passes_use():
     """Shuffled batches are new tensors every pass: the fitter's cache holds at most the
     last pass's batches (it grew by a pass's batches per pass), and a fixed order keeps

@@ -70,7 +70,15 @@ class SparseRows:
             e["seen"] = False
 
     def __matmul__(self, w: torch.Tensor) -> torch.Tensor:
-        return self.csr @ w
+        """``x @ w`` for a dense ``w`` (d, m). One column on a CPU runs as scipy's CSR
+        product over the same arrays (25,000 x 10,000, 150 entries a row, one thread:
+        3.8 against 4.3 ms in float32, 5.3 against 6.3 ms in float64 through torch's
+        CSR); several columns stay torch's (scipy's several-vector kernel ran 3x
+        slower at two)."""
+        host = None if w.dim() != 2 or w.shape[1] != 1 or w.requires_grad else self.scipy_view(w.dtype)
+        if host is None:
+            return self.csr @ w
+        return torch.from_numpy(host @ w.numpy().ravel()).unsqueeze(1)
 
     def rt(self, r: torch.Tensor, square: bool = False) -> torch.Tensor:
         """``r^T x`` (or ``r^T (x * x)``) for a dense ``r`` (n, m): shape (m, d)."""

@@ -298,6 +298,11 @@ class StepFitter(Fitter):
             return "hvp"
         return self.curvature
 
+    def pass_diagonal(self) -> bool:
+        """Whether a ``"hvp"`` pass sums ``diag(H)`` (Jacobi's preconditioner of the
+        Newton-CG solves); a solver with a preconditioner of its own may skip it."""
+        return True
+
     def _first_order_stop_predicted(self) -> bool:
         """Whether the next accepted first-order step is predicted to meet the decrement
         rule (:meth:`~.finish.NewtonFinish.stop_predicted`)."""
@@ -321,6 +326,7 @@ class StepFitter(Fitter):
             target_cache=self.target_cache,
             hessian_precision=self.hessian_precision,
             hessian_stride=self._hessian_stride(curvature),
+            diagonal=self.pass_diagonal(),
         )
 
     def _hessian_stride(self, curvature: str | None) -> int:

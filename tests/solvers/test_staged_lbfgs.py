@@ -125,6 +125,17 @@ def test_auto_fits_a_large_dense_binary_model_in_float32_and_finishes_in_the_pol
     torch.testing.assert_close(auto.linear.weight, ref.linear.weight, rtol=0, atol=2e-4)
 
 
+def test_auto_keeps_a_dense_one_output_fit_in_float64_where_squares_overflow_float32(monkeypatch):
+    """The float32 stage's Jacobi start sums ``x * x``: a column times 1e20 stays float64
+    (:func:`~torchglm.solvers.api._squares_fit`), as on a sparse design."""
+    monkeypatch.setattr(api, "AUTO_FLOAT32_LBFGS_MIN_FLOPS", 1e5)
+    x, _ = _binary_data(1_000, 200)
+    m = LogisticRegression(200, l2=0.0, dtype=F64)
+    assert _auto_dtype(m, "lbfgs", x) == torch.float32
+    x[:, 3] *= 1e20
+    assert _auto_dtype(m, "lbfgs", x) is None
+
+
 def test_a_float32_stage_that_finishes_in_the_next_stage_hands_on_its_memory():
     """``finish_in_next_stage``: the handoff stage's first-order phase runs to the
     caller's tol (not float32's resolution) and ends there, unconverged, with its pairs

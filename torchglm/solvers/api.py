@@ -55,8 +55,9 @@ AUTO_FLOAT32_LBFGS_MIN_FLOPS = 5e7
 #: polish, handing on its memory, which preconditions the polish's CG without a
 #: float64 ``diag(H)`` (a dense float64 pass reading ``x * x`` cost 2-3 gradient
 #: passes). 50,000 x 500 (bench/newton.py), one thread: 7 float32 L-BFGS steps, then
-#: one float64 pass and 2 Hessian-vector products certify, where float64 L-BFGS took 8
-#: steps and its finish a pass with the diagonal and 2 products.
+#: one float64 pass and one Hessian-vector product certify (a one-step CG, whose
+#: product its certificate reuses), where float64 L-BFGS took 8 steps and its finish a
+#: pass with the diagonal and 2 products.
 DENSE_FLOAT32_LBFGS_OPTIONS = {"jacobi": True, "finish_in_next_stage": True}
 
 #: At most this many stored entries of the design times outputs (``nnz(X) K``; ``n d K``

@@ -169,6 +169,9 @@ class FitExtra:
         cg_certificate: how the last Newton-CG step's decrement was bounded
             (``decrement_bound = step_part + residual_bound``, the ``bound`` used, the
             smaller-residual CG solves it ``tightened``); ``None`` where none was.
+        lbfgs_memory: the L-BFGS pairs ``(s, y)`` and Jacobi scaling a float32 stage
+            hands to its float64 polish with its finish (the polish's CG preconditioner;
+            :class:`~torchglm.solvers.gradient.LBFGSFitter`); ``None`` otherwise.
         rounding_gap: ``E`` at the parameters as stored (the fit's optimum rounded to
             the model's narrower dtype, e.g. a float32 model fitted in float64) minus
             ``E`` at that optimum, evaluated in the fit's dtype.
@@ -190,6 +193,7 @@ class FitExtra:
     cg_iterations: list | None = None
     cg_certificate: dict | None = None
     rounding_gap: float | None = None
+    lbfgs_memory: dict | None = None
     other: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

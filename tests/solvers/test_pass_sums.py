@@ -129,3 +129,27 @@ def test_complete_separation_is_proven_whichever_batch_holds_the_saturated_sampl
     # no saturated sample (w = 1): separating, but not asked, so not claimed
     s = _separating_pass(y, batches, w=1.0)
     assert s.n_saturated == 0 and not s.completely_separated
+
+
+def test_a_hessian_vector_pass_without_its_diagonal_gives_the_same_sums_and_products():
+    """``diagonal=False``: a ``"hvp"`` pass sums no ``diag(H)`` (a Newton-CG solve with a
+    preconditioner of its own), and its loss, gradient, bias column and products are
+    those of the pass with it."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(700, 6, generator=g, dtype=torch.float64)
+    y = (torch.rand(700, generator=g, dtype=torch.float64) < 0.4).to(torch.float64)
+    model = GeneralizedLinearModel(6, "bernoulli", "logit", l2=1e-2, dtype=torch.float64)
+    theta = torch.randn(7, generator=g, dtype=torch.float64) * 0.3
+    sums = []
+    for diagonal in (True, False):
+        s = PassSums(model, theta, "hvp", diagonal=diagonal)
+        for batch in TensorBatches(x, y, batch_size=300):
+            s.add(batch)
+        sums.append(s.finish())
+    with_diag, without = sums
+    assert with_diag.diag is not None and without.diag is None
+    torch.testing.assert_close(without.loss, with_diag.loss, rtol=0, atol=0)
+    torch.testing.assert_close(without.grad, with_diag.grad, rtol=0, atol=0)
+    torch.testing.assert_close(without.bias_column, with_diag.bias_column, rtol=0, atol=0)
+    v = torch.randn(7, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(without.hvp(v), with_diag.hvp(v), rtol=0, atol=0)

@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 
+from torchglm._validation import InputError
 from torchglm.models import LogisticRegression, SoftmaxRegression
 from torchglm.solvers import fit
 from torchglm.solvers.gradient import LBFGSFitter
@@ -57,11 +58,145 @@ def test_auto_fits_a_large_dense_softmax_by_float32_lbfgs_with_a_float64_polish(
     assert r.extra.cg_certificate["bound"].startswith("L2 penalty")
 
 
-def test_auto_keeps_float64_lbfgs_below_the_flops_threshold_and_for_one_output():
+def test_auto_keeps_float64_lbfgs_below_the_flops_threshold():
     x, y = _softmax_data(2_000, 20, 30)  # 4 n d~ K = 5e6: a float64 fit
     m = SoftmaxRegression(20, 30, l2=1e-4, dtype=F64)
     r = _fit(m, x, y, tol=1e-10)
     assert r.solver in ("lbfgs", "newton-cg") and r.extra.stages is None
+
+
+def _binary_data(n, d, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=F64)
+    w = torch.randn(d, generator=g, dtype=F64) * 2 / d**0.5
+    y = (torch.rand(n, generator=g, dtype=F64) < torch.sigmoid(x @ w + 0.3)).to(F64)
+    return x, y
+
+
+def _passes_by_dtype(monkeypatch):
+    """Counts, per dtype, of the fit's passes, of its Hessian-vector products and of its
+    passes that summed ``diag(H)``."""
+    counts = {"passes": {}, "products": {}, "diagonals": {}}
+    hvp, finish, add_diag = PassSums.hvp, PassSums.finish, PassSums._add_diag
+
+    def count(kind, dtype):
+        counts[kind][dtype] = counts[kind].get(dtype, 0) + 1
+
+    def counted_hvp(self, v):
+        count("products", self.theta.dtype)
+        return hvp(self, v)
+
+    def counted_finish(self, *args, **kwargs):
+        count("passes", self.theta.dtype)
+        if self.diag is not None:
+            count("diagonals", self.theta.dtype)
+        return finish(self, *args, **kwargs)
+
+    monkeypatch.setattr(PassSums, "hvp", counted_hvp)
+    monkeypatch.setattr(PassSums, "finish", counted_finish)
+    monkeypatch.setattr(PassSums, "_add_diag", add_diag)
+    return counts
+
+
+def test_auto_fits_a_large_dense_binary_model_in_float32_and_finishes_in_the_polish(monkeypatch):
+    """One output on a dense design: ``auto``'s L-BFGS works in float32 from the Jacobi
+    start and hands its first-order stop to the float64 polish with its memory; every
+    Hessian-vector product is the polish's, whose pass sums no ``diag(H)`` (its CG is
+    preconditioned by the handed memory), and only the polish certifies."""
+    monkeypatch.setattr(api, "AUTO_FLOAT32_LBFGS_MIN_FLOPS", 1e7)
+    counts = _passes_by_dtype(monkeypatch)
+    n, d = 6_000, 450
+    x, y = _binary_data(n, d)
+    auto = LogisticRegression(d, l2=1e-4, dtype=F64)
+    assert choose_solver(auto, n, n * d) == "lbfgs" and 4 * n * (d + 1) >= 1e7
+    r = _fit(auto, x, y, tol=1e-10)
+    assert r.converged and r.extra.stages == ["torch.float32", "torch.float64"], r.message
+    assert r.message.startswith("the previous stage's first-order phase ended; then 0 Newton-type")
+    assert r.extra.cg_certificate["bound"].startswith("L2 penalty")
+    # The float32 stage: L-BFGS passes only, its Jacobi diagonal once; no products.
+    assert counts["products"].get(torch.float32, 0) == 0 and counts["diagonals"][torch.float32] == 1
+    # The polish: one pass, without a diagonal, and its products.
+    assert counts["passes"][torch.float64] == 1 and torch.float64 not in counts["diagonals"]
+    assert counts["products"][torch.float64] == sum(r.extra.cg_iterations) <= 8
+    assert r.extra.lbfgs_memory is None  # (the stage's memory is not part of the fit's record)
+    ref = LogisticRegression(d, l2=1e-4, dtype=F64)
+    r_ref = _fit(ref, x, y, solver="lbfgs", tol=1e-13)
+    assert abs(r.extra.loss - r_ref.extra.loss) <= 1e-10 * r_ref.extra.loss
+    torch.testing.assert_close(auto.linear.weight, ref.linear.weight, rtol=0, atol=2e-4)
+
+
+def test_auto_keeps_a_dense_one_output_fit_in_float64_where_squares_overflow_float32(monkeypatch):
+    """The float32 stage's Jacobi start sums ``x * x``: a column times 1e20 stays float64
+    (:func:`~torchglm.solvers.api._squares_fit`), as on a sparse design."""
+    monkeypatch.setattr(api, "AUTO_FLOAT32_LBFGS_MIN_FLOPS", 1e5)
+    x, _ = _binary_data(1_000, 200)
+    m = LogisticRegression(200, l2=0.0, dtype=F64)
+    assert _auto_dtype(m, "lbfgs", x) == torch.float32
+    x[:, 3] *= 1e20
+    assert _auto_dtype(m, "lbfgs", x) is None
+
+
+def test_a_float32_stage_that_finishes_in_the_next_stage_hands_on_its_memory():
+    """``finish_in_next_stage``: the handoff stage's first-order phase runs to the
+    caller's tol (not float32's resolution) and ends there, unconverged, with its pairs
+    and Jacobi scaling; the polish starts its Newton-CG finish from them. Without a
+    stage after it (no ``handoff``) the option changes nothing."""
+    x, y = _binary_data(3_000, 150)
+    m = LogisticRegression(150, l2=1e-3, dtype=torch.float32)
+    fitter = LBFGSFitter(
+        m, dtype=torch.float32, tol=1e-9, jacobi=True, handoff=True, finish_in_next_stage=True
+    )
+    assert fitter.first_order_tol == 1e-9
+    r = run_passes(fitter, TensorBatches(x.float(), y.float()), 500)
+    assert not r.converged and r.message.endswith("handed to the next stage with the L-BFGS memory")
+    assert r.extra.first_order_stop.startswith("quasi-Newton decrement")
+    memory = r.extra.lbfgs_memory
+    assert 1 <= len(memory["pairs"]) <= 10 and memory["metric"].shape == (151,)
+    options = LBFGSFitter.stage_options(F64, True, r, 1e-9, "highest")
+    assert options == {"finish_first": True, "start_memory": memory}
+    polish = LBFGSFitter(LogisticRegression(150, l2=1e-3, dtype=F64), dtype=F64, tol=1e-9, **options)
+    assert len(polish.pairs) == len(memory["pairs"]) and polish.pairs[0][0].dtype == F64
+    assert polish.pass_diagonal() is False
+    # Alone, the option is inert: the fit finishes and certifies itself.
+    m = LogisticRegression(150, l2=1e-3, dtype=F64)
+    r = _fit(m, x, y, solver="lbfgs", tol=1e-9, finish_in_next_stage=True)
+    assert r.converged and r.extra.lbfgs_memory is None and r.extra.finish_steps is not None
+
+
+def test_lbfgs_checks_its_staging_options():
+    m = LogisticRegression(3, l2=1e-3, dtype=F64)
+    with pytest.raises(InputError, match="finish_in_next_stage"):
+        LBFGSFitter(m, finish_in_next_stage="yes")
+    with pytest.raises(InputError, match="start_memory"):
+        LBFGSFitter(m, start_memory=[torch.zeros(4)])
+
+
+def test_a_column_times_1e6_changes_neither_whether_nor_where_the_dense_float32_stage_stops(monkeypatch):
+    """The dense one-output float32 stage runs from the Jacobi start (equivariant under a
+    column's rescaling), and the polish's CG from its memory: a column times 1e6 gives
+    the same stops up to float32 rounding (here the scaled fit's float32 line search
+    stalls below E's rounding three steps earlier and its polish takes one Newton-CG step
+    more: 17 passes + 6 products against 15 + 4). Unpenalized, so that the optimum
+    follows the rescaling exactly. (Plain float64 L-BFGS took 35 passes against 15 on
+    such a column, penalized.)"""
+    monkeypatch.setattr(api, "AUTO_FLOAT32_LBFGS_MIN_FLOPS", 1e6)
+    x, y = _binary_data(3_000, 200, seed=1)
+    scaled = x.clone()
+    scaled[:, 7] *= 1e6
+    results = []
+    for design in (x, scaled):
+        m = LogisticRegression(200, l2=0.0, dtype=F64)
+        r = _fit(m, design, y, tol=1e-10)
+        assert r.converged and r.extra.stages == ["torch.float32", "torch.float64"], r.message
+        results.append((m, r))
+    (m0, r0), (m1, r1) = results
+    w0, w1 = m0.linear.weight.detach().clone(), m1.linear.weight.detach().clone()
+    w1[:, 7] *= 1e6
+    assert abs(r1.extra.loss - r0.extra.loss) <= 2e-10
+    torch.testing.assert_close(w1, w0, rtol=1e-4, atol=1e-5)
+    cost = [r.extra.passes + sum(r.extra.cg_iterations) for r in (r0, r1)]
+    assert abs(cost[1] - cost[0]) <= 5, cost
+    assert abs(r1.extra.finish_steps - r0.extra.finish_steps) <= 1
 
 
 def test_the_polish_of_a_first_order_stage_begins_with_its_finish():

@@ -39,13 +39,26 @@ def _solver_class(name: str, given: str) -> type[Fitter]:
 #: float32 and polishes in float64 (the float64 stopping rule still decides).
 AUTO_FLOAT32_MIN_FLOPS = 5e7
 
-#: ``auto`` fits a dense softmax by L-BFGS in float32 with a float64 polish from at
+#: ``auto`` fits a dense design by L-BFGS in float32 with a float64 polish from at
 #: least this many flops per pass (``4 n d~ K``: ``eta = X~ W^T`` and ``X~^T (mu - Y)``).
 #: A pass's two ``n x d~ x K`` matrix products and its ``n x K`` exponentials ran 2-4x
 #: faster in float32 (one thread, 100,000 x 100, K = 100: 0.10 against 0.20 s a
 #: pass); the polish begins with the Newton-CG finish in float64, which certifies.
+#: One output's pass is two matrix-vector products, memory-bound: 50,000 x 500, one
+#: thread, 20 against 33 ms a pass (:data:`DENSE_FLOAT32_LBFGS_OPTIONS`).
 #: (A sparse design's L-BFGS works in float32 past the small problems: :func:`_auto_dtype`.)
 AUTO_FLOAT32_LBFGS_MIN_FLOPS = 5e7
+
+#: What ``auto`` gives a dense one-output L-BFGS fit in float32
+#: (:class:`~.gradient.LBFGSFitter`): the Jacobi start (its first pass reads ``x * x``
+#: once, in float32), and the float32 stage leaves its Newton-CG finish to the float64
+#: polish, handing on its memory, which preconditions the polish's CG without a
+#: float64 ``diag(H)`` (a dense float64 pass reading ``x * x`` cost 2-3 gradient
+#: passes). 50,000 x 500 (bench/newton.py), one thread: 7 float32 L-BFGS steps, then
+#: one float64 pass and one Hessian-vector product certify (a one-step CG, whose
+#: product its certificate reuses), where float64 L-BFGS took 8 steps and its finish a
+#: pass with the diagonal and 2 products.
+DENSE_FLOAT32_LBFGS_OPTIONS = {"jacobi": True, "finish_in_next_stage": True}
 
 #: At most this many stored entries of the design times outputs (``nnz(X) K``; ``n d K``
 #: for a dense ``X``) make a small problem, which ``auto`` fits by Newton-CG instead of
@@ -101,7 +114,8 @@ def choose_solver(model: LinearModel, n_samples: int | None = None, n_entries: i
     :func:`sparse_lbfgs_memory` pairs). ``n_entries`` is the design's stored entries
     (``n_samples d`` for a dense one; ``None``: unknown, not small).
     When :func:`fit` runs ``auto`` Newton with at least ``AUTO_FLOAT32_MIN_FLOPS``
-    per pass, L-BFGS on a dense softmax with at least ``AUTO_FLOAT32_LBFGS_MIN_FLOPS``,
+    per pass, L-BFGS on a dense design with at least ``AUTO_FLOAT32_LBFGS_MIN_FLOPS``
+    (one output: values whose squares' sums fit float32),
     or L-BFGS on a sparse design above ``AUTO_SMALL_MAX_ENTRIES`` stored entries times
     outputs, and no ``dtype`` is given, it works in float32 and polishes in float64.
     """
@@ -307,6 +321,8 @@ def _fit_stages(
         options = {**_sparse_lbfgs_options(model, x), **options}
     if solver == "auto" and dtype is None:
         dtype = _auto_dtype(model, name, x)
+        if name == "lbfgs" and dtype is not None and x.layout == torch.strided and model.n_outputs == 1:
+            options = {**DENSE_FLOAT32_LBFGS_OPTIONS, **options}
     work = cls.compute_dtype(model, dtype)
     if polish is None:
         polish = work.itemsize < 8
@@ -347,7 +363,8 @@ def _fit_stages(
 def _auto_dtype(model: LinearModel, name: str, x: torch.Tensor) -> torch.dtype | None:
     """float32 (then the float64 polish) where ``auto``'s passes are costly enough to
     gain from it: Newton's Hessian passes from :data:`AUTO_FLOAT32_MIN_FLOPS`, a dense
-    softmax's L-BFGS passes from :data:`AUTO_FLOAT32_LBFGS_MIN_FLOPS`, L-BFGS on a
+    design's L-BFGS passes from :data:`AUTO_FLOAT32_LBFGS_MIN_FLOPS` (one output's where
+    its values' sums of squares fit float32: its Jacobi start sums them), L-BFGS on a
     sparse design above :data:`AUTO_SMALL_MAX_ENTRIES` stored entries times outputs;
     else ``None``.
 
@@ -368,9 +385,11 @@ def _auto_dtype(model: LinearModel, name: str, x: torch.Tensor) -> torch.dtype |
         # values whose sums of squares fit float32.
         large = _stored_entries(x) * model.n_outputs > AUTO_SMALL_MAX_ENTRIES
         return torch.float32 if large and _squares_fit(x, torch.float32) else None
-    if name == "lbfgs" and model.n_outputs > 1:
+    if name == "lbfgs":
+        # (values whose sums of squares fit float32: the Jacobi start's diagonal)
         flops = 4 * x.shape[0] * d * model.n_outputs
-        return torch.float32 if flops >= AUTO_FLOAT32_LBFGS_MIN_FLOPS else None
+        large = flops >= AUTO_FLOAT32_LBFGS_MIN_FLOPS
+        return torch.float32 if large and (model.n_outputs > 1 or _squares_fit(x, torch.float32)) else None
     return None
 
 

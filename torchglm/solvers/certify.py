@@ -243,12 +243,14 @@ class ResidualBound:
     def project(self, v: torch.Tensor) -> torch.Tensor:
         return v if self.shift is None else self.shift.remove(v)
 
-    def certificate(self, x: torch.Tensor) -> CGCertificate:
-        """The bounded decrement at the step ``x`` (one or two Hessian-vector products)."""
+    def certificate(self, x: torch.Tensor, Hx: torch.Tensor | None = None) -> CGCertificate:
+        """The bounded decrement at the step ``x`` (one or two Hessian-vector products;
+        one fewer where its product ``Hx`` is given: a one-step CG's own,
+        :func:`~.linalg.cg_solve`'s ``step_product``)."""
         s = self.s
-        Hx = s.hvp(x)
+        products = int(Hx is None)
+        Hx = s.hvp(x) if Hx is None else Hx
         r = self.project(Hx + s.grad)
-        products = 1
         if self.kind == SCHUR:
             x, Hx, r, residual, n = self._schur(x, Hx, r)
             products += n

@@ -169,6 +169,7 @@ def cg_solve(
     floor: float = 0.0,
     target: float | None = None,
     start: tuple[torch.Tensor, torch.Tensor] | None = None,
+    step_product: list | None = None,
 ):
     """Truncated, preconditioned conjugate gradients for ``H x = -g``.
 
@@ -193,6 +194,13 @@ def cg_solve(
         saturated), ``-g^T x`` is no Newton decrement and ``exact`` is False. From a
         ``start``, ``exact`` says only that the target was met (the caller bounds the
         decrement itself).
+
+    ``step_product``: a list to which ``H x`` is appended where CG ends after one step
+    from ``x_0 = 0``: there ``x = alpha p`` and ``H x = alpha (H p)``, the step's own
+    product times the same scalar (no recursion: the rounding of one product and one
+    scaling, as of ``H x`` evaluated afresh), which a certificate reuses
+    (:class:`~.certify.ResidualBound`). After more steps ``H x`` would be a sum over them
+    whose recursive residual drifts from the true one, and nothing is appended.
     """
     if precondition is None:
         precondition = jacobi_preconditioner(diag)
@@ -222,6 +230,8 @@ def cg_solve(
         z = precondition(r)
         rz_new = float(r @ z)
         if math.sqrt(max(rz_new, 0.0)) <= target:
+            if step_product is not None and n == 1 and start is None:
+                step_product.append(Ap * alpha)
             gx = -float(g @ x)
             return x, n, start is not None or 0.5 * decrease <= gx <= 2.0 * decrease
         p.mul_(rz_new / rz).add_(z)

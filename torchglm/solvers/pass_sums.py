@@ -75,6 +75,9 @@ class PassSums:
         target_cache: a dict that outlives the pass (the fitter's), where a batch's
             targets keep the family's :meth:`~torchglm.families.Family.nll_y_term`
             (a Poisson's ``lgamma(y + 1)``) between passes (:meth:`y_term`).
+        diagonal: ``False``: a ``"hvp"`` pass sums no ``diag`` (``None``; its products
+            with ``x * x`` cost a dense float64 pass about twice its gradient's), for a
+            Newton-CG solve with a preconditioner of its own.
     """
 
     def __init__(
@@ -89,6 +92,7 @@ class PassSums:
         hessian_precision: str = "highest",
         hessian_stride: int = 1,
         target_cache: dict | None = None,
+        diagonal: bool = True,
     ):
         self.family = model.family
         self.target_cache = target_cache
@@ -127,7 +131,8 @@ class PassSums:
         # strictly separate), and the sum behind :attr:`gradient_rounding` (sum of
         # d1^2 / h over the rows).
         ny = 1 if self.scalar else m
-        curv = p * p if curvature in ("full", "expected") else p if curvature in ("diag", "hvp") else 0
+        with_diag = curvature == "diag" or (curvature == "hvp" and diagonal)
+        curv = p * p if curvature in ("full", "expected") else p if with_diag else 0
         # One output's bias column of the Hessian, X~^T h (:meth:`bias_product`), last.
         nb = d + 1 if curvature == "hvp" and self.scalar and self.has_bias else 0
         self._loss_at = 7 + ny
@@ -141,7 +146,7 @@ class PassSums:
         self.weight_sum, self.loss_sum = weight_sum.view(()), loss_sum.view(())
         self.y_sum = y_sum.view(()) if self.scalar else y_sum
         self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
-        self.diag = rest if curvature in ("diag", "hvp") else None
+        self.diag = rest if with_diag else None
         self._batches = 0  # batches whose unseparated samples were counted or deferred
         # A CPU pass's first batch, while none of its samples is saturated: its unseparated
         # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
@@ -290,7 +295,8 @@ class PassSums:
             add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
         else:
             curv = Curvature(d2, s, probs)
-            self._add_diag(x, curv)
+            if self.diag is not None:
+                self._add_diag(x, curv)
             if self.curvature == "hvp":
                 self.stored.append((x, curv))
 

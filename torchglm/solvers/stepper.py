@@ -298,6 +298,11 @@ class StepFitter(Fitter):
             return "hvp"
         return self.curvature
 
+    def pass_diagonal(self) -> bool:
+        """Whether a ``"hvp"`` pass sums ``diag(H)`` (Jacobi's preconditioner of the
+        Newton-CG solves); a solver with a preconditioner of its own may skip it."""
+        return True
+
     def _first_order_stop_predicted(self) -> bool:
         """Whether the next accepted first-order step is predicted to meet the decrement
         rule (:meth:`~.finish.NewtonFinish.stop_predicted`)."""
@@ -321,6 +326,7 @@ class StepFitter(Fitter):
             target_cache=self.target_cache,
             hessian_precision=self.hessian_precision,
             hessian_stride=self._hessian_stride(curvature),
+            diagonal=self.pass_diagonal(),
         )
 
     def _hessian_stride(self, curvature: str | None) -> int:
@@ -745,28 +751,33 @@ class StepFitter(Fitter):
         floored = self.finish.active or (self.finish.curvature == "hvp" and self.model.l2 > 0)
         floor = math.sqrt(0.01 * self.tol * scale) if floored else 0.0
         precondition = self.cg_preconditioner(s) or jacobi_preconditioner(s.diag)
+        # (H x of a one-step solve, for its certificate; not where the shift's removal
+        # below changes x)
+        known = [] if self.shift is None else None
         x, n_cg, self.solve.exact = cg_solve(
-            s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=precondition, floor=floor
+            s.hvp, s.grad, s.diag, max_iter=max_cg, precondition=precondition, floor=floor, step_product=known
         )
         x = self.remove_shift(x)
         dec = float(-(s.grad @ x))
         reach = max(self.tol, 100 * torch.finfo(self.dtype).eps) * scale
         if self.finish.curvature == "hvp" and dec <= reach and not self.handoff:
-            x, dec, n_more = self._bounded_cg(s, x, max_cg, precondition, scale)
+            Hx = known[0] if known else None
+            x, dec, n_more = self._bounded_cg(s, x, max_cg, precondition, scale, Hx)
             n_cg += n_more
         self.result.extra.cg_iterations = (self.result.extra.cg_iterations or []) + [n_cg]
         return x, dec
 
-    def _bounded_cg(self, s: PassSums, x: torch.Tensor, max_cg, precondition, scale: float):
+    def _bounded_cg(self, s: PassSums, x: torch.Tensor, max_cg, precondition, scale: float, Hx=None):
         """The CG step's decrement bounded from above (:class:`~.certify.ResidualBound`):
         ``lambda^2 <= -2 m(x) + bound(r^T H^+ r)``. Where the bound alone keeps it above
         the tolerance, CG continues from ``x`` to the smaller residual the bound asks for
         (:meth:`~.certify.ResidualBound.target`), up to :data:`~.certify.TIGHTEN_MAX` times. A step whose
         own part is within the tolerance but whose bound is not (or has none) sets
         ``solve.refusal``: the fit ends unconverged on it. Returns ``(step, decrement
-        to test, Hessian-vector products taken)``."""
+        to test, Hessian-vector products taken)``; ``Hx``: ``x``'s product where known
+        (a one-step solve's own)."""
         bound = ResidualBound(s, self.shift, self.model.l2, precondition)
-        cert = bound.certificate(x)
+        cert = bound.certificate(x, Hx)
         products, allowed = cert.products, self.tol * scale
         pre = bound.cg_precondition()
         # Below this the residual H x + g is rounding (relative to the gradient's size).

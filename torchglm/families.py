@@ -426,6 +426,15 @@ class _Binary(Family):
             nll = torch.addcmul(y * a0, ny, b0).neg_()
             d1 = torch.addcmul(ny * a0.exp(), y, b0.exp(), value=-1)
             return (nll, d1) if order == 1 else (nll, d1, (a0 + b0).exp())
+        if self.is_classifier and self.link.symmetric:
+            # y in {0, 1} and F(-t) = 1 - F(t): l = -log F(q eta) with q = 2y - 1, so
+            # dl/deta = -q (log F)'(q eta), d2l/deta2 = -(log F)''(q eta): one tail per
+            # sample (a probit's erfc, exp and logs once, not for both tails).
+            q = y * 2.0 - 1.0
+            parts = self.link.log_inverse_derivatives(q * eta, order)
+            if parts is not None:
+                out = (parts[0].neg(), torch.mul(parts[1], q).neg_())
+                return out if order == 1 else (*out, parts[2].neg())
         # Other links: their closed-form derivatives of log mu and log(1 - mu), where
         # finite for every eta (probit).
         parts = self.link.log_mean_derivatives(eta, order)

@@ -20,7 +20,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._validation import fail
+from ._validation import fail, host_readable
 
 __all__ = [
     "Link",
@@ -241,12 +241,6 @@ def _exp_neg_square(z: torch.Tensor) -> torch.Tensor:
     return torch.exp(-h).mul_(1.0 - low)
 
 
-def _readable(t: torch.Tensor) -> bool:
-    """Whether a value of ``t`` can be read on the host at no cost: on a CPU and outside
-    :mod:`torch.func`'s transforms (``vmap`` forbids ``.item()``)."""
-    return t.device.type == "cpu" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
-
-
 def _log_ndtr_derivatives(t: torch.Tensor, order: int):
     """``log Phi(t)``, ``r(t) = phi(t) / Phi(t) = (log Phi)'(t)`` and, for ``order=2``,
     ``(log Phi)''(t) = -r (t + r)``, from one ``erfc``, one ``exp`` and two logs per element.
@@ -275,7 +269,7 @@ def _log_ndtr_derivatives(t: torch.Tensor, order: int):
     s = t + r if order == 2 else None
     # The series only where a sample lies below -a0 (read where that needs no device
     # sync and no torch.func transform forbids it; elsewhere evaluated for every sample).
-    if not _readable(t) or (t.numel() and float(t.min()) <= -a0):
+    if not host_readable(t) or (t.numel() and float(t.min()) <= -a0):
         big = t <= -a0
         ab = torch.where(big, a, a0)
         q = _mills_asymptotic(ab)  # 1 - a m

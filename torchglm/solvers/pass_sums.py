@@ -21,7 +21,7 @@ from ..penalty import L2Penalty
 from .eta_derivatives import eta_derivatives
 from .layout import flat_parameters, penalty_mask
 from . import products
-from .curvature import Curvature, add_hessian, add_hessian_sparse, scale_rows
+from .curvature import Curvature, add_hessian, add_hessian_and_gradient, add_hessian_sparse, scale_rows
 from .sparse_rows import SparseRows
 
 __all__ = ["PassSums", "hessian_and_gradient"]
@@ -241,15 +241,32 @@ class PassSums:
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
-        self._add_gradient(x, r, d2)
         if self.has_bias:
             self.grad[m * d :].add_(r.sum(0))
         if sketch:
+            self._add_gradient(x, r, d2)
             self._add_sketched_hessian(x, eta, y, s)
-        elif d2 is not None:
-            if self.hess is not None and self.scalar:
-                self._count[5].add_(_score_over_curvature(d1, d2))
-            self._add_curvature(x, d2, s if probs else None, probs)
+        elif d2 is not None and self.hess is not None and self.scalar:
+            self._count[5].add_(_score_over_curvature(d1, d2))
+            self._add_hessian_and_gradient(x, r, d2)
+        else:
+            self._add_gradient(x, r, d2)
+            if d2 is not None:
+                self._add_curvature(x, d2, s if probs else None, probs)
+
+    def _add_hessian_and_gradient(self, x, r: torch.Tensor, d2: torch.Tensor) -> None:
+        """One output's Hessian and gradient: a dense batch of several row chunks sums
+        both in the same products (:func:`.curvature.add_hessian_and_gradient`, where
+        the Hessian's products run in the working dtype); otherwise ``r^T x``, then
+        the Hessian."""
+        fused = (
+            not x.is_sparse
+            and self.hessian_precision == "highest"
+            and add_hessian_and_gradient(self.hess, self.grad, x, d2, r[:, 0], self.d, self.has_bias)
+        )
+        if not fused:
+            self._add_gradient(x, r, d2)
+            self._add_curvature(x, d2, None, False)
 
     def _add_gradient(self, x, r: torch.Tensor, d2: torch.Tensor | None) -> None:
         """``r^T x`` into the gradient; with the bias column (:meth:`bias_product`),

@@ -147,7 +147,7 @@ class PassSums:
         # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
         self._deferred: tuple | None = None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._sketch_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, d2) (:meth:`_add_sketch`)
+        self._sketch_rows: list[tuple] = []  # (x, eta, y, weight) (:meth:`_add_sketch`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
@@ -319,21 +319,23 @@ class PassSums:
         sample, a logit's one more exponential)."""
         r, n = self.hessian_stride, x.shape[0]
         x, eta, y = x[::r], eta[::r], y[::r]
-        d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)[2]
-        if s is not None:
-            d2 = scale_rows(d2, s[::r])
+        k = x.shape[0]
+        w = torch.full((k,), n / k, dtype=eta.dtype, device=eta.device) if s is None else s[::r] * (n / k)
         self.sketched = True
-        # Summed in :meth:`finish` as one product over every slab's rows: a slab keeps a
-        # few hundred, and a product per slab cost a third of a probit pass (200k x 50).
-        self._sketch_rows.append((x, d2 * (n / x.shape[0])))
+        # Summed in :meth:`finish`, their curvature evaluated and their product taken once
+        # over every slab's rows: a slab keeps a few hundred, and a product per slab cost a
+        # third of a probit pass (200k x 50), the derivatives per slab 40 small operations.
+        self._sketch_rows.append((x, eta, y, w))
 
     def _add_sketch(self) -> None:
-        """The sketched rows of the pass's slabs in one Hessian product."""
+        """The sketched rows of the pass's slabs: their curvature, one Hessian product."""
         if self._sketch_rows:
-            x = torch.cat([x for x, _ in self._sketch_rows])
-            d2 = torch.cat([d2 for _, d2 in self._sketch_rows])
+            x, eta, y, w = (torch.cat(part) for part in zip(*self._sketch_rows))
             self._sketch_rows = []
-            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
+            d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)[2]
+            add_hessian(
+                self.hess, x, scale_rows(d2, w), self.m, self.d, self.has_bias, self.hessian_precision
+            )
 
     def _count_unseparated(self, eta, y, offset, s, saturated: torch.Tensor) -> None:
         """Count the samples of positive weight whose loss theta's own direction (its

@@ -148,6 +148,7 @@ class PassSums:
         self._deferred: tuple | None = None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._sketch_rows: list[tuple] = []  # (x, eta, y, weight) (:meth:`_add_sketch`)
+        self._fused: torch.Tensor | None = None  # x^T [h x, r, h] (:meth:`_add_hessian_and_gradient`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
@@ -257,16 +258,31 @@ class PassSums:
     def _add_hessian_and_gradient(self, x, r: torch.Tensor, d2: torch.Tensor) -> None:
         """One output's Hessian and gradient: a dense batch of several row chunks sums
         both in the same products (:func:`.curvature.add_hessian_and_gradient`, where
-        the Hessian's products run in the working dtype); otherwise ``r^T x``, then
-        the Hessian."""
-        fused = (
-            not x.is_sparse
-            and self.hessian_precision == "highest"
-            and add_hessian_and_gradient(self.hess, self.grad, x, d2, r[:, 0], self.d, self.has_bias)
-        )
-        if not fused:
-            self._add_gradient(x, r, d2)
-            self._add_curvature(x, d2, None, False)
+        the Hessian's products run in the working dtype), into one buffer for the pass
+        that :meth:`finish` spreads; otherwise ``r^T x``, then the Hessian."""
+        d, has_bias = self.d, self.has_bias
+        fused = not x.is_sparse and self.hessian_precision == "highest"
+        if fused and self._fused is None:
+            self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
+        if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):
+            if has_bias:
+                self.hess[d, d] += d2.sum()
+            return
+        self._add_gradient(x, r, d2)
+        self._add_curvature(x, d2, None, False)
+
+    def _spread_fused(self) -> None:
+        """The pass's fused products (:meth:`_add_hessian_and_gradient`) into the Hessian's
+        weight block and bias column and the gradient's weights."""
+        out, d = self._fused, self.d
+        if out is None:
+            return
+        self._fused = None
+        self.hess[:d, :d] += out[:, :d]
+        self.grad[:d] += out[:, d]
+        if self.has_bias:
+            self.hess[:d, d] += out[:, d + 1]
+            self.hess[d, :d] += out[:, d + 1]
 
     def _add_gradient(self, x, r: torch.Tensor, d2: torch.Tensor | None) -> None:
         """``r^T x`` into the gradient; with the bias column (:meth:`bias_product`),
@@ -380,6 +396,7 @@ class PassSums:
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
+        self._spread_fused()
         if self._deferred is not None and self._count[1] > 0:
             self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at

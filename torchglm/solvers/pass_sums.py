@@ -26,6 +26,14 @@ from .sparse_rows import SparseRows
 
 __all__ = ["PassSums", "hessian_and_gradient"]
 
+#: One output's Hessian pass sums the gradient in the Hessian's products
+#: (:meth:`PassSums._add_hessian_and_gradient`) from this many features. A float32
+#: Hessian pass, fused against unfused (CPU time, one thread, least of 10): 500,000 x 30
+#: (Poisson) 32-37 against 40-48 ms, 200,000 x 50 (probit) 37-41 against 44; at
+#: 1,000,000 x 20 (logit) 63-70 against 55-60: there the two columns written into every
+#: chunk's copy cost more than the two reads of each slab they save.
+FUSED_MIN_FEATURES = 24
+
 #: Stored dense batches keep a contiguous ``x^T`` for the Hessian-vector products
 #: (:meth:`PassSums._kept_xt`) up to this many entries in all: 2 MB in float64.
 HVP_TRANSPOSED_MAX = 2**18
@@ -261,7 +269,7 @@ class PassSums:
         the Hessian's products run in the working dtype), into one buffer for the pass
         that :meth:`finish` spreads; otherwise ``r^T x``, then the Hessian."""
         d, has_bias = self.d, self.has_bias
-        fused = not x.is_sparse and self.hessian_precision == "highest"
+        fused = not x.is_sparse and self.hessian_precision == "highest" and d >= FUSED_MIN_FEATURES
         if fused and self._fused is None:
             self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
         if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):

@@ -37,6 +37,7 @@ __all__ = [
     "check_features",
     "check_finite",
     "stored_values",
+    "host_readable",
     "check_same_length",
     "check_weight",
     "check_offset",
@@ -159,6 +160,13 @@ def existing_file(name: str, path, what: str = "file") -> Path:
     if path.exists():
         raise fail(name, f"a regular {what}", f"'{path}' (a device, FIFO or socket)")
     raise fail(name, f"an existing {what}", f"'{path}' (not found)")
+
+
+def host_readable(t: torch.Tensor) -> bool:
+    """Whether a value of ``t`` can be read on the host at no cost, for a data-dependent
+    shortcut: on a CPU (no device sync) and outside :mod:`torch.func`'s transforms
+    (``vmap`` forbids ``.item()``)."""
+    return t.device.type == "cpu" and not torch._C._functorch.is_functorch_wrapped_tensor(t)
 
 
 def stored_values(t: torch.Tensor) -> torch.Tensor:

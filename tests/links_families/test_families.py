@@ -300,3 +300,24 @@ def test_short_softmax_equals_torchs(K, dtype):
         assert torch.equal(got_log, ref_log) and torch.equal(softmax(eta), ref)
     e = eta.clone().requires_grad_(True)
     assert log_softmax(e).grad_fn.name().startswith("LogSoftmax")
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_poisson_y_term_is_lgamma_bit_for_bit(dtype):
+    """Counts read ``lgamma(y + 1)`` from a table (up to 2^16), rates and larger counts
+    evaluate it: the same numbers either way."""
+    fam = get_family("poisson")
+    g = torch.Generator().manual_seed(0)
+    counts = torch.poisson(torch.full((5000,), 3.0, dtype=dtype), generator=g)
+    cases = [
+        counts,
+        torch.cat([counts, torch.tensor([0.0, 65536.0], dtype=dtype)]),  # the table's ends
+        torch.cat([counts, torch.tensor([65537.0], dtype=dtype)]),  # past it
+        counts + 0.25,  # rates
+        torch.cat([counts, torch.tensor([2.5], dtype=dtype)]),  # one rate among counts
+        torch.zeros(0, dtype=dtype),
+    ]
+    for y in cases:
+        got = fam.nll_y_term(y)
+        assert got.dtype == dtype
+        assert torch.equal(got, torch.lgamma(y + 1))

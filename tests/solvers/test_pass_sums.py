@@ -153,3 +153,46 @@ def test_a_hessian_vector_pass_without_its_diagonal_gives_the_same_sums_and_prod
     torch.testing.assert_close(without.bias_column, with_diag.bias_column, rtol=0, atol=0)
     v = torch.randn(7, generator=g, dtype=torch.float64)
     torch.testing.assert_close(without.hvp(v), with_diag.hvp(v), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize(
+    "family, link", [("bernoulli", "probit"), ("bernoulli", "logit"), ("poisson", "log")]
+)
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_a_hessian_pass_over_several_chunks_matches_autograd(
+    family, link, weighted, fit_intercept, monkeypatch
+):
+    """A batch of several row chunks sums its Hessian and gradient in the same products
+    (``x^T [h x, r, h]``); loss, gradient and Hessian are autograd's."""
+    from torch.func import grad, hessian
+
+    from torchglm.solvers import pass_sums
+
+    fused = []
+    real = pass_sums.add_hessian_and_gradient
+    monkeypatch.setattr(pass_sums, "add_hessian_and_gradient", lambda *a: fused.append(real(*a)) or fused[-1])
+
+    from autograd_ref import flat_objective
+    from torchglm.solvers import products
+    from torchglm.solvers.layout import flat_parameters, set_flat_parameters
+    from torchglm.solvers.pass_sums import hessian_and_gradient
+
+    n, d = 2500, 40
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    assert products.chunk_rows(x, d + fit_intercept) < n  # two chunks, the second partial
+    m = GeneralizedLinearModel(d, family, link, l2=0.1, fit_intercept=fit_intercept, dtype=torch.float64)
+    set_flat_parameters(
+        m, 0.3 * torch.randn(flat_parameters(m).numel(), generator=g, dtype=torch.float64) / d**0.5
+    )
+    with torch.no_grad():
+        mu = m.family.mean(m(x))
+    y = torch.bernoulli(mu, generator=g) if family == "bernoulli" else torch.poisson(mu, generator=g)
+    w = torch.rand(n, generator=g, dtype=torch.float64) + 0.5 if weighted else None
+    loss, gr, H = hessian_and_gradient(m, TensorBatches(x, y, w))
+    assert fused == [True]
+    obj, theta = flat_objective(m, x, y, w), flat_parameters(m)
+    torch.testing.assert_close(loss, obj(theta), rtol=1e-13, atol=0)
+    torch.testing.assert_close(gr, grad(obj)(theta), rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(H, hessian(obj)(theta), rtol=1e-10, atol=1e-14)

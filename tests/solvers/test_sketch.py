@@ -163,3 +163,37 @@ def test_no_sketch_where_separation_is_watched(strides):
     m = LogisticRegression(4, dtype=torch.float64)  # l2 = 0: the separation watch is on
     fit(m, x, y, solver="newton")
     assert all(st in (None, 1) for st in strides)
+
+
+def test_a_sketched_pass_over_several_batches_differentiates_their_rows_once(monkeypatch):
+    """The sketched rows of every batch (slab) take their second derivatives together,
+    once per pass; each batch's rows still count ``n_b / k_b`` (its rows over its rows
+    kept), their sample weights included."""
+    from torchglm.solvers import pass_sums
+
+    x, y, _ = _data("logistic", n=3001)
+    weight = torch.rand(3001, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.5
+    make = lambda: GeneralizedLinearModel(4, "bernoulli", "probit", l2=1e-3, dtype=torch.float64)  # noqa: E731
+    theta = torch.tensor([0.2, -0.1, 0.05, 0.3, 0.1], dtype=torch.float64)
+    calls = []
+    real = pass_sums.eta_derivatives
+
+    def spy(family, eta, y, order=2, expected=False, **kwargs):
+        calls.append((order, eta.shape[0]))
+        return real(family, eta, y, order, expected, **kwargs)
+
+    monkeypatch.setattr(pass_sums, "eta_derivatives", spy)
+    s = PassSums(make(), theta, "full", hessian_stride=7)
+    for b in TensorBatches(x, y, weight, batch_size=1000):  # 1000, 1000, 1000 and 1 rows
+        s.add(b)
+    s.finish()
+    assert sorted(calls) == [(1, 1), (1, 1000), (1, 1000), (1, 1000), (2, 3 * 143 + 1)]
+    monkeypatch.setattr(pass_sums, "eta_derivatives", real)
+    pen = torch.diag(torch.tensor([1e-3] * 4 + [0.0], dtype=torch.float64))
+    want = torch.zeros(5, 5, dtype=torch.float64)
+    for i in range(0, 3001, 1000):
+        xb, yb, wb = x[i : i + 1000], y[i : i + 1000], weight[i : i + 1000]
+        _, _, H_rows = hessian_and_gradient(_at(make, theta), TensorBatches(xb[::7], yb[::7], wb[::7]))
+        k = xb[::7].shape[0]
+        want += (H_rows - pen) * float(wb[::7].sum()) * (xb.shape[0] / k)
+    torch.testing.assert_close(s.hess, want / float(weight.sum()) + pen, rtol=1e-12, atol=1e-14)

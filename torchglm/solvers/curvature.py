@@ -14,7 +14,7 @@ import torch
 
 from . import products
 
-__all__ = ["Curvature", "add_hessian", "add_hessian_sparse", "scale_rows"]
+__all__ = ["Curvature", "add_hessian", "add_hessian_and_gradient", "add_hessian_sparse", "scale_rows"]
 
 
 class Curvature:
@@ -147,6 +147,35 @@ def _add_hessian_one(H: torch.Tensor, x, h: torch.Tensor, d: int, has_bias: bool
         H[:d, d].add_(hx)
         H[d, :d].add_(hx)
         H[d, d].add_(h.sum())
+
+
+def add_hessian_and_gradient(out: torch.Tensor, x: torch.Tensor, h: torch.Tensor, r: torch.Tensor) -> bool:
+    """One output's Hessian and gradient products over the dense batch ``x``, row chunk by
+    row chunk: ``out += x^T [h x, r, h]`` (``out`` of shape (d, d + 2): the weight block,
+    the gradient's weights and the Hessian's bias column; (d, d + 1) without the bias
+    column), so each chunk is read once for the three, where a separate ``r^T x`` and
+    ``h^T x`` read the whole slab twice more (Poisson 500,000 x 30, one thread: 41 against
+    35 ms a float32 pass, 94 against 83 in float64). In the working dtype (the
+    ``"highest"`` precision of :func:`~.products.add_product`); the caller sums ``out``
+    into the Hessian and the gradient once per pass (:meth:`.PassSums.finish`).
+
+    Returns ``False``, adding nothing, for a batch of one chunk (there the one product
+    over ``[x, 1]`` of :func:`add_hessian` is cheaper)."""
+    n, d = x.shape
+    w = out.shape[1]
+    rows = products.chunk_rows(x, w - 1)
+    if n <= rows:
+        return False
+    buf = torch.empty(rows, w, dtype=x.dtype, device=x.device)
+    for i in range(0, n, rows):
+        xc, hc = x[i : i + rows], h[i : i + rows]
+        b = buf[: xc.shape[0]]
+        torch.mul(xc, hc.unsqueeze(-1), out=b[:, :d])
+        b[:, d] = r[i : i + rows]
+        if w > d + 1:
+            b[:, d + 1] = hc
+        out.addmm_(xc.T, b)
+    return True
 
 
 def add_hessian_sparse(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool) -> None:

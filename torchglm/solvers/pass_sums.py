@@ -21,10 +21,18 @@ from ..penalty import L2Penalty
 from .eta_derivatives import eta_derivatives
 from .layout import flat_parameters, penalty_mask
 from . import products
-from .curvature import Curvature, add_hessian, add_hessian_sparse, scale_rows
+from .curvature import Curvature, add_hessian, add_hessian_and_gradient, add_hessian_sparse, scale_rows
 from .sparse_rows import SparseRows
 
 __all__ = ["PassSums", "hessian_and_gradient"]
+
+#: One output's Hessian pass sums the gradient in the Hessian's products
+#: (:meth:`PassSums._add_hessian_and_gradient`) from this many features. A float32
+#: Hessian pass, fused against unfused (CPU time, one thread, least of 10): 500,000 x 30
+#: (Poisson) 32-37 against 40-48 ms, 200,000 x 50 (probit) 37-41 against 44; at
+#: 1,000,000 x 20 (logit) 63-70 against 55-60: there the two columns written into every
+#: chunk's copy cost more than the two reads of each slab they save.
+FUSED_MIN_FEATURES = 24
 
 #: Stored dense batches keep a contiguous ``x^T`` for the Hessian-vector products
 #: (:meth:`PassSums._kept_xt`) up to this many entries in all: 2 MB in float64.
@@ -152,7 +160,8 @@ class PassSums:
         # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
         self._deferred: tuple | None = None
         self.stored: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self._sketch_rows: list[tuple[torch.Tensor, torch.Tensor]] = []  # (x, d2) (:meth:`_add_sketch`)
+        self._sketch_rows: list[tuple] = []  # (x, eta, y, weight) (:meth:`_add_sketch`)
+        self._fused: torch.Tensor | None = None  # x^T [h x, r, h] (:meth:`_add_hessian_and_gradient`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
@@ -246,15 +255,47 @@ class PassSums:
         self.loss_sum += nll.sum()
         r = d1 if d1.dim() == 2 else d1.unsqueeze(-1)  # (n, m)
         m, d = self.m, self.d
-        self._add_gradient(x, r, d2)
         if self.has_bias:
             self.grad[m * d :].add_(r.sum(0))
         if sketch:
+            self._add_gradient(x, r, d2)
             self._add_sketched_hessian(x, eta, y, s)
-        elif d2 is not None:
-            if self.hess is not None and self.scalar:
-                self._count[5].add_(_score_over_curvature(d1, d2))
-            self._add_curvature(x, d2, s if probs else None, probs)
+        elif d2 is not None and self.hess is not None and self.scalar:
+            self._count[5].add_(_score_over_curvature(d1, d2))
+            self._add_hessian_and_gradient(x, r, d2)
+        else:
+            self._add_gradient(x, r, d2)
+            if d2 is not None:
+                self._add_curvature(x, d2, s if probs else None, probs)
+
+    def _add_hessian_and_gradient(self, x, r: torch.Tensor, d2: torch.Tensor) -> None:
+        """One output's Hessian and gradient: a dense batch of several row chunks sums
+        both in the same products (:func:`.curvature.add_hessian_and_gradient`, where
+        the Hessian's products run in the working dtype), into one buffer for the pass
+        that :meth:`finish` spreads; otherwise ``r^T x``, then the Hessian."""
+        d, has_bias = self.d, self.has_bias
+        fused = not x.is_sparse and self.hessian_precision == "highest" and d >= FUSED_MIN_FEATURES
+        if fused and self._fused is None:
+            self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
+        if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):
+            if has_bias:
+                self.hess[d, d] += d2.sum()
+            return
+        self._add_gradient(x, r, d2)
+        self._add_curvature(x, d2, None, False)
+
+    def _spread_fused(self) -> None:
+        """The pass's fused products (:meth:`_add_hessian_and_gradient`) into the Hessian's
+        weight block and bias column and the gradient's weights."""
+        out, d = self._fused, self.d
+        if out is None:
+            return
+        self._fused = None
+        self.hess[:d, :d] += out[:, :d]
+        self.grad[:d] += out[:, d]
+        if self.has_bias:
+            self.hess[:d, d] += out[:, d + 1]
+            self.hess[d, :d] += out[:, d + 1]
 
     def _add_gradient(self, x, r: torch.Tensor, d2: torch.Tensor | None) -> None:
         """``r^T x`` into the gradient; with the bias column (:meth:`bias_product`),
@@ -308,21 +349,23 @@ class PassSums:
         sample, a logit's one more exponential)."""
         r, n = self.hessian_stride, x.shape[0]
         x, eta, y = x[::r], eta[::r], y[::r]
-        d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)[2]
-        if s is not None:
-            d2 = scale_rows(d2, s[::r])
+        k = x.shape[0]
+        w = torch.full((k,), n / k, dtype=eta.dtype, device=eta.device) if s is None else s[::r] * (n / k)
         self.sketched = True
-        # Summed in :meth:`finish` as one product over every slab's rows: a slab keeps a
-        # few hundred, and a product per slab cost a third of a probit pass (200k x 50).
-        self._sketch_rows.append((x, d2 * (n / x.shape[0])))
+        # Summed in :meth:`finish`, their curvature evaluated and their product taken once
+        # over every slab's rows: a slab keeps a few hundred, and a product per slab cost a
+        # third of a probit pass (200k x 50), the derivatives per slab 40 small operations.
+        self._sketch_rows.append((x, eta, y, w))
 
     def _add_sketch(self) -> None:
-        """The sketched rows of the pass's slabs in one Hessian product."""
+        """The sketched rows of the pass's slabs: their curvature, one Hessian product."""
         if self._sketch_rows:
-            x = torch.cat([x for x, _ in self._sketch_rows])
-            d2 = torch.cat([d2 for _, d2 in self._sketch_rows])
+            x, eta, y, w = (torch.cat(part) for part in zip(*self._sketch_rows))
             self._sketch_rows = []
-            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
+            d2 = eta_derivatives(self.family, eta, y, order=2, expected=self.expected)[2]
+            add_hessian(
+                self.hess, x, scale_rows(d2, w), self.m, self.d, self.has_bias, self.hessian_precision
+            )
 
     def _count_unseparated(self, eta, y, offset, s, saturated: torch.Tensor) -> None:
         """Count the samples of positive weight whose loss theta's own direction (its
@@ -367,6 +410,7 @@ class PassSums:
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
+        self._spread_fused()
         if self._deferred is not None and self._count[1] > 0:
             self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at

@@ -30,6 +30,11 @@ __all__ = ["PassSums", "hessian_and_gradient"]
 #: (:meth:`PassSums._kept_xt`) up to this many entries in all: 2 MB in float64.
 HVP_TRANSPOSED_MAX = 2**18
 
+#: A Hessian pass keeps its batches' ``d1`` and ``h`` up to this many rows in all (1 MB
+#: in float64) and sums ``d1^2 / h`` only where :attr:`PassSums.gradient_rounding` is
+#: read (a Newton step that drops directions); past it, each batch sums its own.
+SCORE_KEPT_MAX_ROWS = 2**16
+
 
 class PassSums:
     """Sums of loss, gradient and curvature over the batches of one pass.
@@ -132,7 +137,7 @@ class PassSums:
         nb = d + 1 if curvature == "hvp" and self.scalar and self.has_bias else 0
         self._loss_at = 7 + ny
         self._sums = buf = torch.zeros(self._loss_at + 1 + p + curv + nb, **opts)
-        counts, weight_sum, y_sum, loss_sum, self.grad, rest, bias_column = buf.split(
+        counts, weight_sum, y_sum, loss_sum, self.grad, rest, bias_column = buf.split_with_sizes(
             [6, 1, ny, 1, p, curv, nb]
         )
         self.bias_column = bias_column if nb else None
@@ -152,6 +157,12 @@ class PassSums:
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
         self._model = model
+        # The (d1, h) of the batches whose sum of d1^2 / h waits to be asked for
+        # (:meth:`_add_score`); ``None`` once past :data:`SCORE_KEPT_MAX_ROWS`.
+        self._scores: list[tuple[torch.Tensor, torch.Tensor]] | None = []
+        self._score_rows = 0
+        self._rounding: tuple | None = None
+        self._rounding_summed = False
 
     @property
     def mask(self) -> torch.Tensor:
@@ -248,7 +259,7 @@ class PassSums:
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None:
             if self.hess is not None and self.scalar:
-                self._count[5].add_(_score_over_curvature(d1, d2))
+                self._add_score(d1, d2)
             self._add_curvature(x, d2, s if probs else None, probs)
 
     def _add_gradient(self, x, r: torch.Tensor, d2: torch.Tensor | None) -> None:
@@ -263,6 +274,22 @@ class PassSums:
         else:
             rx = products.rt_x(r, x)
         self.grad[: m * d].add_(rx.reshape(-1))
+
+    def _add_score(self, d1: torch.Tensor, h: torch.Tensor) -> None:
+        """The batch's ``sum_i d1_i^2 / h_i`` (:meth:`_gradient_rounding`), kept for
+        :attr:`gradient_rounding` to sum where it is read (two tensors held, no
+        operation: a Newton step reads it only where it drops directions, and a small
+        fit's passes spent five operations each on it) while the kept rows stay within
+        :data:`SCORE_KEPT_MAX_ROWS`; past them the kept batches and every later one
+        are summed into the pass's buffer, in their order."""
+        if self._scores is not None and self._score_rows + d1.shape[0] <= SCORE_KEPT_MAX_ROWS:
+            self._scores.append((d1, h))
+            self._score_rows += d1.shape[0]
+            return
+        for a, b in self._scores or ():
+            self._count[5].add_(_score_over_curvature(a, b))
+        self._scores = None
+        self._count[5].add_(_score_over_curvature(d1, h))
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
@@ -369,8 +396,11 @@ class PassSums:
         # times x^2) is no usable point either: counted as one invalid sample, so a trial
         # there is rejected like one outside the link's domain. One host read per pass:
         # the counts, the weight sum, and whether the loss and every sum after it are finite.
-        all_finite = torch.isfinite(buf[at:]).all().to(buf.dtype).reshape(1)
-        *head, loss, all_finite = torch.cat([buf[: at + 1], all_finite]).tolist()
+        # (``0 x`` is 0 for a finite ``x`` and NaN for an infinite or NaN one: their sum is
+        # 0 exactly where all are finite, in two operations.)
+        zeros = buf[at:].mul(0).sum(0, keepdim=True)
+        *head, loss, zero = torch.cat([buf[: at + 1], zeros]).tolist()
+        all_finite = zero == 0
         invalid, saturated, n, n_offset, unseparated, q_sum, S = head[:7]
         loss_finite = math.isfinite(loss)
         self.n_invalid = int(invalid) + int(not all_finite)
@@ -381,7 +411,7 @@ class PassSums:
         self.completely_separated = self.saturation > 0 and saturated > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
-        self.gradient_rounding = self._gradient_rounding(q_sum, n, S)
+        self._rounding = (q_sum, n, S)
         # The penalty on the leading m d entries (the weights; :func:`.layout.penalty_mask`).
         pen, md = self.penalty, self.m * self.d
         w = self.theta[:md]
@@ -397,6 +427,20 @@ class PassSums:
         if self.bias_column is not None:
             self.bias_column = self.bias_column.div_(S)  # the bias is never penalized
         return self
+
+    @property
+    def gradient_rounding(self) -> float | None:
+        """:meth:`_gradient_rounding` of the finished pass, its kept batches' sums of
+        ``d1^2 / h`` (:meth:`_add_score`) added first (in their order: the same sum as
+        the buffer's); every process reads it at the same step, and all-reduces them."""
+        if not self._rounding_summed:
+            kept = torch.zeros((), dtype=self.theta.dtype, device=self.theta.device)
+            for a, b in self._scores or ():
+                kept.add_(_score_over_curvature(a, b))
+            all_reduce_sum(kept)  # (every process, kept batches or none)
+            q_sum, n, S = self._rounding
+            self._rounding, self._scores, self._rounding_summed = (q_sum + float(kept), n, S), None, True
+        return self._gradient_rounding(*self._rounding)
 
     def _gradient_rounding(self, q_sum: float, n: float, S: float) -> float | None:
         """A bound on the rounding of each equilibrated gradient entry, or ``None``

@@ -141,8 +141,7 @@ class PassSums:
             [6, 1, ny, 1, p, curv, nb]
         )
         self.bias_column = bias_column if nb else None
-        self.counts = counts
-        self._count = counts.unbind()  # a view of each count (a += into it: one op, no setitem)
+        self.counts = counts  # (``counts[i].add_``: one view and one op where a count is added)
         self.weight_sum, self.loss_sum = weight_sum.view(()), loss_sum.view(())
         self.y_sum = y_sum.view(()) if self.scalar else y_sum
         self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
@@ -205,9 +204,9 @@ class PassSums:
         """Weight sum, row counts and (asked for) weighted target sum of one batch."""
         n = y.shape[0]
         self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
-        self._count[2].add_(n)
+        self.counts[2].add_(n)
         if offset is not None:
-            self._count[3].add_(n)
+            self.counts[3].add_(n)
         if self.want_y_sum and self.scalar:
             yt = y.to(self.theta.dtype)
             self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
@@ -240,10 +239,10 @@ class PassSums:
             # The family knows its mean's domain (a Gaussian mean may be negative
             # under the inverse link; a binomial mean must stay below 1 under log).
             valid = self.family.valid_eta(eta)
-            self._count[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
+            self.counts[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
         if self.saturation > 0:
             saturated = (nll < self.saturation).sum()
-            self._count[1].add_(saturated)
+            self.counts[1].add_(saturated)
             self._count_unseparated(eta, y, offset, s, saturated)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
@@ -287,9 +286,9 @@ class PassSums:
             self._score_rows += d1.shape[0]
             return
         for a, b in self._scores or ():
-            self._count[5].add_(_score_over_curvature(a, b))
+            self.counts[5].add_(_score_over_curvature(a, b))
         self._scores = None
-        self._count[5].add_(_score_over_curvature(d1, h))
+        self.counts[5].add_(_score_over_curvature(d1, h))
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
@@ -359,7 +358,7 @@ class PassSums:
             if self._deferred is not None:
                 self._count_batch_unseparated(*self._deferred)
                 self._deferred = None
-            if self._batches and self._count[4] > 0:
+            if self._batches and self.counts[4] > 0:
                 return  # one unseparated sample settles it
             self._batches += 1
             if self._batches == 1 and not saturated:
@@ -372,11 +371,11 @@ class PassSums:
         eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
         sep = self.family.strictly_separated(eta_dir, y)
         if sep is None:
-            self._count[4].add_(y.shape[0])
+            self.counts[4].add_(y.shape[0])
             return
         if s is not None:
             sep = sep | (s <= 0)
-        self._count[4].add_((~sep).sum())
+        self.counts[4].add_((~sep).sum())
 
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
@@ -388,7 +387,7 @@ class PassSums:
     def finish(self) -> "PassSums":
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
-        if self._deferred is not None and self._count[1] > 0:
+        if self._deferred is not None and self.counts[1] > 0:
             self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at
         all_reduce_sum(buf)

@@ -449,7 +449,7 @@ class StepFitter(Fitter):
         if step > 0:
             self.result.n_iter += 1
         self.search.n_rejected = 0
-        grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
+        grad_norm = float(torch.linalg.vector_norm(s.grad, math.inf)) if s.grad.numel() else 0.0
         stale = self.check.light
         delta, dec = self._next_direction(s)
         self.delta, self.decrement = delta, dec

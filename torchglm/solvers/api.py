@@ -443,13 +443,13 @@ def _ordinary(value):
 
 def _ordinary_tensors(result: FitResult) -> None:
     """The tensors a stage run in inference mode reports (gradient, Hessian, the
-    separation direction, ...), as ordinary tensors, in place."""
+    separation direction, ...), as ordinary tensors, in place. (Its history holds
+    numbers only: every solver records floats.)"""
     extra = result.extra
     for f in dataclasses.fields(extra):
         value = getattr(extra, f.name)
-        if value is not None:
+        if isinstance(value, (torch.Tensor, dict, list)):
             setattr(extra, f.name, _ordinary(value))
-    result.history = _ordinary(result.history)
 
 
 def _chain(first: FitResult, second: FitResult) -> FitResult:

@@ -16,6 +16,8 @@ Gaussian prior ``w ~ N(0, lambda I)`` (the lecture notes, §14; Bishop PRML §4.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 
 import torch
@@ -197,7 +199,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         linear = self.linear  # (each module attribute read costs a lookup: a solver writes every step)
         weight, bias = linear.weight, linear.bias
         m, d = weight.shape
-        with torch.no_grad():
+        # (Inference mode, where the solvers' passes run, records nothing either.)
+        with contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.no_grad():
             weight.copy_(theta[: m * d].view(m, d))
             if bias is not None:
                 bias.copy_(theta[m * d :])

@@ -718,7 +718,7 @@ class StepFitter(Fitter):
             self.solve.exact = False  # a subsample's Hessian: a step, never a certificate
         if note is not None:
             self._note(f"Hessian {note}")
-        return delta, float(-(s.grad @ delta))
+        return delta, -float(s.grad @ delta)
 
     @staticmethod
     def _unresolved(s: PassSums, flat: float, hidden: float, floor: float) -> bool:

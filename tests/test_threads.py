@@ -57,6 +57,22 @@ def test_fit_threads_caps_the_default_only(monkeypatch):
         torch.set_num_threads(before)
 
 
+def test_one_thread_reads_no_load(monkeypatch):
+    """At one torch thread no cap can lower the default: ``/proc/loadavg`` is not read
+    (a GridSearchCV worker's fits, one thread each, paid 30 us a fit for it)."""
+
+    def unread():
+        raise AssertionError("idle_cpus read at one thread")
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        monkeypatch.setattr(threads, "idle_cpus", unread)
+        assert threads.default_threads() == 1 and threads.fit_threads(None) == 1
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_core_fit_caps_its_default_threads_at_the_idle_cpus(monkeypatch):
     """``model.fit`` (the core API) runs on ``min(torch's threads, idle CPUs)`` unless
     given ``n_jobs``, and restores torch's setting after."""

@@ -51,9 +51,12 @@ def idle_cpus() -> int | None:
 
 
 def default_threads() -> int:
-    """torch's intra-op threads, capped at :func:`idle_cpus`."""
-    idle = idle_cpus()
+    """torch's intra-op threads, capped at :func:`idle_cpus` (not read at one thread,
+    which no cap lowers: a GridSearchCV worker's fits, a tiny fit's 30 us)."""
     threads = torch.get_num_threads()
+    if threads <= 1:
+        return threads
+    idle = idle_cpus()
     return threads if idle is None else max(1, min(threads, idle))
 
 

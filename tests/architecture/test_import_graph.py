@@ -251,3 +251,21 @@ def test_layers_import_only_downward():
     graph = import_graph(annotations=False)
     upward = {(mod, dep) for mod, deps in graph.items() for dep in deps if _layer(dep) > _layer(mod)}
     assert upward <= UPWARD, sorted(upward - UPWARD)
+
+
+def test_import_torchglm_and_a_core_fit_leave_scipy_stats_unloaded():
+    """``scipy.stats`` loads on the first p-value or interval (:mod:`torchglm.inference`),
+    not at ``import torchglm``, of whose time it was 40% (every ``GridSearchCV`` worker
+    paid it); the first interval then works as before."""
+    code = (
+        "import sys, torch, torchglm\n"
+        "g = torch.Generator().manual_seed(0)\n"
+        "x = torch.randn(80, 2, generator=g, dtype=torch.float64)\n"
+        "y = (x[:, 0] + torch.randn(80, generator=g, dtype=torch.float64) > 0).double()\n"
+        "m = torchglm.LogisticRegression(2)\n"
+        "m.fit(x, y)\n"
+        "before = 'scipy.stats' in sys.modules\n"
+        "ci = torchglm.glm_results(m, x, y).confint()\n"
+        "print(before, 'scipy.stats' in sys.modules, tuple(ci.shape))"
+    )
+    assert python_stdout(code) == "False True (3, 2)"

@@ -325,6 +325,28 @@ def test_batches_partition_the_split(batch_size):
             assert torch.equal(bx, x) and torch.equal(by, y)
 
 
+def test_one_batch_of_every_row_is_the_tensors_themselves():
+    """Without a batch size (or one covering every row) and without shuffling, a dense
+    pass's one batch holds the given tensors themselves, every pass (no slices made);
+    a sparse design, a shuffled or a smaller batch size is sliced as before."""
+    x, y = torch.randn(30, 3), torch.rand(30)
+    w = torch.rand(30)
+    for batches in (
+        TensorBatches(x, y, w),
+        TensorBatches(x, y, w, batch_size=30),
+        TensorBatches(x, y, w, batch_size=64),
+    ):
+        for _ in range(2):
+            (b,) = list(batches)
+            assert b.x is x and b.y is y and b.weight is w and b.offset is None
+    (b,) = list(TensorBatches(x.to_sparse_csr(), y))
+    assert b.x.layout == torch.sparse_csr and torch.equal(b.x.to_dense(), x)
+    parts = list(TensorBatches(x, y, batch_size=16))
+    assert [p.x.shape[0] for p in parts] == [16, 14] and torch.equal(torch.cat([p.x for p in parts]), x)
+    (b,) = list(TensorBatches(x, y, shuffle=True, generator=torch.Generator().manual_seed(0)))
+    assert b.x is not x and torch.allclose(b.x.sum(0), x.sum(0))
+
+
 def test_sum_over_batches_equals_full_objective():
     from torchglm import LogisticRegression
 

@@ -446,6 +446,27 @@ def test_zero_and_sparse_columns_pass_the_underflow_gate():
             check_magnitude("X", t)
 
 
+def test_underflow_gate_decides_the_same_from_the_first_row_or_past_it(monkeypatch):
+    """Where the first row proves every column (all its entries at or above the
+    bound), the gate reads no other row; where it leaves a column open (a zero or
+    tiny entry there), the gate decides from the rows after it, as before."""
+    from torchglm import _validation
+
+    x = torch.randn(40, 3, dtype=torch.float64)
+    calls = []
+    real = _validation._column_max_abs
+    monkeypatch.setattr(_validation, "_column_max_abs", lambda t: calls.append(1) or real(t))
+    _validation.check_magnitude("X", x)
+    for first in (0.0, 1e-170):
+        x[0, 1] = first  # column 1 open in the first row, of order 1 below it: accepted
+        _validation.check_magnitude("X", x)
+        y = x.clone()
+        y[1:, 1] *= 1e-170  # and tiny below it too: refused
+        with pytest.raises(InputError, match="first column 1"):
+            _validation.check_magnitude("X", y)
+    assert len(calls) == 2  # the exact column maxima only for the refused designs
+
+
 @pytest.mark.parametrize("row", [5, 68])  # in the row groups the gate reduces first, or after them
 @pytest.mark.parametrize("order", ["C", "F"])
 def test_underflow_gate_sees_every_row(row, order):

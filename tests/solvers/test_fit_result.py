@@ -2,10 +2,13 @@
 
 import dataclasses
 
+import pytest
 import torch
 
 from torchglm import LogisticRegression
+from torchglm.models import GeneralizedLinearModel
 from torchglm.passes import FitExtra, FitResult
+from torchglm.solvers import DIRECT_SOLVERS, SOLVERS, fit
 
 
 def test_known_entries_are_fields_and_the_rest_goes_to_other():
@@ -64,3 +67,63 @@ def test_the_library_reads_fit_extra_by_attribute():
         if by_key.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def _inference_tensors(value, where="result") -> list[str]:
+    """Where in ``value`` (dicts, lists, dataclasses) an inference tensor sits."""
+    if isinstance(value, torch.Tensor):
+        return [where] if value.is_inference() else []
+    if dataclasses.is_dataclass(value):
+        value = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return [w for k, v in value.items() for w in _inference_tensors(v, f"{where}.{k}")]
+    if isinstance(value, (list, tuple)):
+        return [w for i, v in enumerate(value) for w in _inference_tensors(v, f"{where}[{i}]")]
+    return []
+
+
+@pytest.mark.parametrize("solver", sorted(SOLVERS) + sorted(DIRECT_SOLVERS) + ["auto"])
+@pytest.mark.parametrize("case", ["penalized", "separated", "float32"])
+def test_passes_run_in_inference_mode_and_leave_ordinary_tensors(monkeypatch, solver, case):
+    """:func:`torchglm.solvers.fit` runs its passes in inference mode (each small-fit
+    operation skips autograd's bookkeeping), and what it returns is ordinary: the
+    result's gradient, Hessian and separation record, and the model's parameters,
+    which autograd then differentiates and in-place updates accept."""
+    import warnings
+
+    import torchglm.solvers.api as api
+
+    modes = []
+    run_passes = api.run_passes
+
+    def spy(fitter, batches, limit):
+        modes.append(torch.is_inference_mode_enabled())
+        return run_passes(fitter, batches, limit)
+
+    monkeypatch.setattr(api, "run_passes", spy)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(120, 3, generator=g, dtype=torch.float64)
+    y = (x[:, 0] + 0.5 * torch.randn(120, generator=g, dtype=torch.float64) > 0).double()
+    l2, dtype = 1e-2, None
+    if case == "separated":
+        y, l2 = (x[:, 0] > 0).double(), 0.0
+    if case == "float32":
+        if solver in SOLVERS and SOLVERS[solver].linear_rate:
+            pytest.skip("a linear-rate solver crawls to float32's resolution")
+        dtype = torch.float32
+    if solver in DIRECT_SOLVERS:
+        model = GeneralizedLinearModel(3, "gaussian", l2=l2, dtype=torch.float64)
+        y = x[:, 0] + 0.1 * torch.randn(120, generator=g, dtype=torch.float64)
+    else:
+        model = LogisticRegression(3, l2=l2, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fit(model, x, y, solver=solver, dtype=dtype)
+    assert modes and all(modes)
+    assert _inference_tensors(result) == []
+    assert not any(p.is_inference() for p in model.parameters())
+    model.objective(x, y).backward()  # autograd through the fitted parameters
+    assert all(p.grad is not None for p in model.parameters())
+    for t in (result.extra.grad, result.extra.hessian):
+        if t is not None:
+            t.mul_(1.0)  # in place, outside inference mode

@@ -4,7 +4,7 @@ terms a fit keeps between passes (a Poisson's ``lgamma(y + 1)``)."""
 import pytest
 import torch
 
-from torchglm import families
+from torchglm import NumericalWarning, families
 from torchglm.data import TensorBatches
 from torchglm.models import GeneralizedLinearModel
 from torchglm.solvers import fit
@@ -196,3 +196,83 @@ def test_a_hessian_pass_over_several_chunks_matches_autograd(
     torch.testing.assert_close(loss, obj(theta), rtol=1e-13, atol=0)
     torch.testing.assert_close(gr, grad(obj)(theta), rtol=1e-10, atol=1e-14)
     torch.testing.assert_close(H, hessian(obj)(theta), rtol=1e-10, atol=1e-14)
+
+
+def _binary(n=700, d=4, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    y = (x[:, 0] + torch.randn(n, generator=g, dtype=torch.float64) > 0).double()
+    w = torch.rand(n, generator=g, dtype=torch.float64) * 2
+    model = GeneralizedLinearModel(d, "bernoulli", "logit", l2=1e-3, dtype=torch.float64)
+    theta = torch.tensor([0.4, -0.3, 0.2, 0.1, -0.2], dtype=torch.float64)
+    return x, y, w, model, theta
+
+
+@pytest.fixture
+def scores(monkeypatch):
+    """The rows of every evaluation of ``sum d1^2 / h`` (``_score_over_curvature``)."""
+    from torchglm.solvers import pass_sums
+
+    rows = []
+    real = pass_sums._score_over_curvature
+
+    def spy(d1, h):
+        rows.append(d1.shape[0])
+        return real(d1, h)
+
+    monkeypatch.setattr(pass_sums, "_score_over_curvature", spy)
+    return rows
+
+
+@pytest.mark.parametrize("kept_max", [2**16, 250, 1])
+@pytest.mark.parametrize("batch_size", [None, 200])
+def test_the_gradient_rounding_is_the_sum_over_every_row_whenever_it_is_read(
+    monkeypatch, scores, kept_max, batch_size
+):
+    """``gradient_rounding`` is ``n eps sqrt(sum_i (d1_i^2 / h_i) / S)`` over every row
+    and batch (against the closed form of the weighted logistic NLL), whether the
+    batches' sums wait for the read (``SCORE_KEPT_MAX_ROWS`` rows kept), are summed
+    as the pass goes (past it), or both."""
+    from torchglm.solvers import pass_sums
+
+    monkeypatch.setattr(pass_sums, "SCORE_KEPT_MAX_ROWS", kept_max)
+    x, y, w, model, theta = _binary()
+    s = PassSums(model, theta, "full")
+    for b in TensorBatches(x, y, w, batch_size=batch_size):
+        s.add(b)
+    s.finish()
+    mu = torch.sigmoid(x @ theta[:4] + theta[4])
+    q = (w * (mu - y) ** 2 / (mu * (1 - mu))).sum() / w.sum()
+    expected = x.shape[0] * torch.finfo(torch.float64).eps * float(q.sqrt())
+    assert s.gradient_rounding == pytest.approx(expected, rel=1e-12)
+    assert sum(scores) == x.shape[0]  # every row once
+    assert (
+        s.gradient_rounding == pytest.approx(expected, rel=1e-12) and sum(scores) == x.shape[0]
+    )  # read once
+
+
+def test_a_hessian_pass_sums_no_gradient_rounding_that_is_not_read(scores):
+    """A Newton fit whose steps drop no direction never evaluates ``d1^2 / h`` (a
+    small fit's passes each spent five tensor operations on it); one whose Hessian is
+    singular (a duplicated column, unpenalized) reads it at every step."""
+    x, y, _, model, _ = _binary()
+    assert fit(model, x, y, solver="newton").converged
+    assert scores == []
+    dup = torch.cat([x, x[:, :1]], 1)
+    model = GeneralizedLinearModel(5, "bernoulli", "logit", l2=0.0, dtype=torch.float64)
+    with pytest.warns(NumericalWarning, match="singular"):
+        result = fit(model, dup, y, solver="newton")
+    assert result.converged and len(scores) >= result.n_iter > 0
+
+
+def test_a_non_finite_sum_after_the_loss_makes_the_point_invalid():
+    """A finite loss whose gradient or Hessian overflowed (an entry +inf, -inf or NaN)
+    counts as one invalid sample; finite sums of any size do not."""
+    x, y, _, model, theta = _binary(n=50)
+    for bad in (float("inf"), float("-inf"), float("nan"), 1e308, -1e308, 0.0):
+        s = PassSums(model, theta, "full")
+        s.add(next(iter(TensorBatches(x, y))))
+        s.hess[1, 2] = bad
+        s.finish()
+        finite = bad == bad and abs(bad) != float("inf")
+        assert s.n_invalid == (0 if finite else 1)

@@ -159,6 +159,11 @@ class TensorBatches:
         return Batch(*(self._take(t, idx) for t in (self.x, self.y, self.weight, self.offset)))
 
     def __iter__(self) -> Iterator[Batch]:
+        if 0 < self.n <= self.batch_size and not self.shuffle and self.x.layout == torch.strided:
+            # One batch of every row: the tensors themselves, not views of all their rows
+            # (the same data; a tiny fit's passes each sliced four of them).
+            yield Batch(self.x, self.y, self.weight, self.offset)
+            return
         for idx in self._spans():
             yield self._batch(idx)
 

@@ -8,7 +8,6 @@ import math
 from typing import NamedTuple
 
 import torch
-from scipy import stats
 
 from .._validation import warn
 from ..solvers.eta_derivatives import eta_derivatives
@@ -137,6 +136,8 @@ def _pearson_scale(pearson: float, df_resid: float) -> float:
 
 def _wald(params, cov, unident, use_t: bool, df_resid: float, alpha: float):
     """Standard errors, z (or t) statistics, two-sided p-values and intervals."""
+    from scipy import stats  # on first use: most of `import torchglm` before
+
     var = torch.diagonal(cov).clone()
     var[unident] = float("nan")
     bse = var.sqrt()

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from scipy import stats
 
 from .._validation import fail
 
@@ -71,6 +70,8 @@ def lr_test(small, big, test: str = "chisq") -> LRTestResults:
         >>> r.df_diff, 0 <= r.pvalue <= 1
         (1.0, True)
     """
+    from scipy import stats  # on first use: most of `import torchglm` before
+
     if test not in ("chisq", "F"):
         raise fail("test", "'chisq' or 'F'", repr(test))
     if (small.family, small.link) != (big.family, big.link):
@@ -117,6 +118,8 @@ def wald_test(params, cov, R, q=None, use_f: bool = False, df_denom: float | Non
     """Wald test of ``R beta = q`` with the covariance ``V`` (Wald 1943; Greene §5.4):
     ``W = (R b - q)^T (R V R^T)^{-1} (R b - q) ~ chi^2(m)``, or ``W / m ~ F(m, df_denom)``.
     See :meth:`GLMResults.wald_test`."""
+    from scipy import stats  # on first use: most of `import torchglm` before
+
     p = params.shape[0]
     R = torch.as_tensor(np.asarray(R, dtype=float), dtype=params.dtype, device=params.device)
     if R.dim() == 1:

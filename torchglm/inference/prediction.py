@@ -6,7 +6,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from scipy import stats
 
 from .._validation import as_tensor, check_features, check_offset, fail, to_tensor
 
@@ -55,6 +54,8 @@ class PredictionResults:
     def conf_int(self, alpha: float = 0.05) -> torch.Tensor:
         """``(n, 2)`` bounds at level ``1 - alpha``: ``eta_0 -/+ q se(eta_0)``, mapped
         through ``g^{-1}`` for ``which="mean"`` (sorted: a decreasing link swaps them)."""
+        from scipy import stats  # on first use: most of `import torchglm` before
+
         if not 0 < alpha < 1:
             raise fail("alpha", "a level in (0, 1)", alpha)
         q = float(stats.t.ppf(1 - alpha / 2, self.df) if self.use_t else stats.norm.ppf(1 - alpha / 2))

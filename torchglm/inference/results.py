@@ -10,7 +10,6 @@ from functools import cached_property
 from typing import Any, Iterable, NamedTuple
 
 import torch
-from scipy import stats
 
 from .._validation import fail
 from .hypothesis import WaldTestResults, wald_test
@@ -212,6 +211,8 @@ class GLMResults:
         (default: the results' ``alpha``, i.e. :attr:`conf_int`), ``(p, 2)``; ``q`` is
         normal, or Student t with :attr:`df_inference` degrees of freedom when ``use_t``
         (statsmodels' ``conf_int(alpha)``, R's ``confint.default``)."""
+        from scipy import stats  # on first use: most of `import torchglm` before
+
         alpha = self.alpha if alpha is None else alpha
         if not 0 < alpha < 1:
             raise fail("alpha", "a level in (0, 1)", alpha)

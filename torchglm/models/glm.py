@@ -16,6 +16,8 @@ Gaussian prior ``w ~ N(0, lambda I)`` (the lecture notes, §14; Bishop PRML §4.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 
 import torch
@@ -194,11 +196,14 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
     def set_flat_parameters(self, theta: torch.Tensor) -> None:
         """Write a flat ``theta = [W.reshape(-1), b]`` into the parameters (cast to
         their dtype), without recording it for autograd."""
-        m, d = self.linear.weight.shape
-        with torch.no_grad():
-            self.linear.weight.copy_(theta[: m * d].view(m, d))
-            if self.linear.bias is not None:
-                self.linear.bias.copy_(theta[m * d :])
+        linear = self.linear  # (each module attribute read costs a lookup: a solver writes every step)
+        weight, bias = linear.weight, linear.bias
+        m, d = weight.shape
+        # (Inference mode, where the solvers' passes run, records nothing either.)
+        with contextlib.nullcontext() if torch.is_inference_mode_enabled() else torch.no_grad():
+            weight.copy_(theta[: m * d].view(m, d))
+            if bias is not None:
+                bias.copy_(theta[m * d :])
 
     def parameter_names(self, feature_names: list[str] | None = None) -> list[str]:
         """Names of ``theta``'s entries, in its order.

@@ -41,8 +41,21 @@ def equilibrate(H: torch.Tensor) -> torch.Tensor:
     """
     h = H.diagonal().abs()
     r = h.clamp_min(torch.finfo(H.dtype).tiny).rsqrt()
-    # h > 0 leaves out 0 and NaN, r > 0 an infinite h (its r is 0).
-    return torch.where((h > 0) & (r > 0), r, 1.0)
+    # h r > 0 leaves out h = 0 (0 r), NaN, and an infinite h (inf 0 = NaN): h > 0 and
+    # r > 0 in one comparison (h r = sqrt(h), or h / sqrt(tiny) > 0 below tiny).
+    return torch.where(h * r > 0, r, 1.0)
+
+
+def _pivot_ratio_squared(L: torch.Tensor) -> float:
+    """``(min pivot / max pivot)^2`` of a Cholesky factor, in its dtype. In float64 from
+    one host read of the pivots, in Python's float64 arithmetic (the same roundings as
+    the tensor's: a small Newton fit's reduction kernels cost more than its solve)."""
+    if L.dtype != torch.float64:
+        lo, hi = L.diagonal().aminmax()
+        return float((lo / hi) ** 2)
+    pivots = L.diagonal().tolist()
+    ratio = min(pivots) / max(pivots)
+    return ratio * ratio
 
 
 def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None):
@@ -87,10 +100,9 @@ def newton_direction(H: torch.Tensor, g: torch.Tensor, rtol: float | None = None
     gs = g * d
     L, info = torch.linalg.cholesky_ex(Hs)
     if int(info) == 0:
-        lo, hi = L.diagonal().aminmax()
         # (min pivot / max pivot)^2 bounds the reciprocal condition number from above:
         # a tiny value means D H D is singular to working precision.
-        rcond = float((lo / hi) ** 2)
+        rcond = _pivot_ratio_squared(L)
         if rcond > rtol:
             return d * torch.cholesky_solve(-gs.unsqueeze(-1), L).squeeze(-1), None, 0.0, rcond, 0.0, 0
     evals, evecs = torch.linalg.eigh(Hs)

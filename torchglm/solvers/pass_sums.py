@@ -38,6 +38,11 @@ FUSED_MIN_FEATURES = 24
 #: (:meth:`PassSums._kept_xt`) up to this many entries in all: 2 MB in float64.
 HVP_TRANSPOSED_MAX = 2**18
 
+#: A Hessian pass keeps its batches' ``d1`` and ``h`` up to this many rows in all (1 MB
+#: in float64) and sums ``d1^2 / h`` only where :attr:`PassSums.gradient_rounding` is
+#: read (a Newton step that drops directions); past it, each batch sums its own.
+SCORE_KEPT_MAX_ROWS = 2**16
+
 
 class PassSums:
     """Sums of loss, gradient and curvature over the batches of one pass.
@@ -145,12 +150,11 @@ class PassSums:
         nb = d + 1 if curvature == "hvp" and self.scalar and self.has_bias else 0
         self._loss_at = 7 + ny
         self._sums = buf = torch.zeros(self._loss_at + 1 + p + curv + nb, **opts)
-        counts, weight_sum, y_sum, loss_sum, self.grad, rest, bias_column = buf.split(
+        counts, weight_sum, y_sum, loss_sum, self.grad, rest, bias_column = buf.split_with_sizes(
             [6, 1, ny, 1, p, curv, nb]
         )
         self.bias_column = bias_column if nb else None
-        self.counts = counts
-        self._count = counts.unbind()  # a view of each count (a += into it: one op, no setitem)
+        self.counts = counts  # (``counts[i].add_``: one view and one op where a count is added)
         self.weight_sum, self.loss_sum = weight_sum.view(()), loss_sum.view(())
         self.y_sum = y_sum.view(()) if self.scalar else y_sum
         self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
@@ -166,6 +170,12 @@ class PassSums:
         self._xt_kept = 0  # their entries
         self._hvp_penalty: torch.Tensor | None = None
         self._model = model
+        # The (d1, h) of the batches whose sum of d1^2 / h waits to be asked for
+        # (:meth:`_add_score`); ``None`` once past :data:`SCORE_KEPT_MAX_ROWS`.
+        self._scores: list[tuple[torch.Tensor, torch.Tensor]] | None = []
+        self._score_rows = 0
+        self._rounding: tuple | None = None
+        self._rounding_summed = False
 
     @property
     def mask(self) -> torch.Tensor:
@@ -208,9 +218,9 @@ class PassSums:
         """Weight sum, row counts and (asked for) weighted target sum of one batch."""
         n = y.shape[0]
         self.weight_sum += n if s is None else s.to(self.theta.dtype).sum()
-        self._count[2].add_(n)
+        self.counts[2].add_(n)
         if offset is not None:
-            self._count[3].add_(n)
+            self.counts[3].add_(n)
         if self.want_y_sum and self.scalar:
             yt = y.to(self.theta.dtype)
             self.y_sum += (yt if s is None else s.to(yt.dtype) * yt).sum()
@@ -243,10 +253,10 @@ class PassSums:
             # The family knows its mean's domain (a Gaussian mean may be negative
             # under the inverse link; a binomial mean must stay below 1 under log).
             valid = self.family.valid_eta(eta)
-            self._count[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
+            self.counts[0].add_((~valid).sum() if valid.dim() == 1 else (~valid.all(-1)).sum())
         if self.saturation > 0:
             saturated = (nll < self.saturation).sum()
-            self._count[1].add_(saturated)
+            self.counts[1].add_(saturated)
             self._count_unseparated(eta, y, offset, s, saturated)
         if s is not None:
             nll, d1 = s * nll, scale_rows(d1, s)
@@ -261,7 +271,7 @@ class PassSums:
             self._add_gradient(x, r, d2)
             self._add_sketched_hessian(x, eta, y, s)
         elif d2 is not None and self.hess is not None and self.scalar:
-            self._count[5].add_(_score_over_curvature(d1, d2))
+            self._add_score(d1, d2)
             self._add_hessian_and_gradient(x, r, d2)
         else:
             self._add_gradient(x, r, d2)
@@ -309,6 +319,22 @@ class PassSums:
         else:
             rx = products.rt_x(r, x)
         self.grad[: m * d].add_(rx.reshape(-1))
+
+    def _add_score(self, d1: torch.Tensor, h: torch.Tensor) -> None:
+        """The batch's ``sum_i d1_i^2 / h_i`` (:meth:`_gradient_rounding`), kept for
+        :attr:`gradient_rounding` to sum where it is read (two tensors held, no
+        operation: a Newton step reads it only where it drops directions, and a small
+        fit's passes spent five operations each on it) while the kept rows stay within
+        :data:`SCORE_KEPT_MAX_ROWS`; past them the kept batches and every later one
+        are summed into the pass's buffer, in their order."""
+        if self._scores is not None and self._score_rows + d1.shape[0] <= SCORE_KEPT_MAX_ROWS:
+            self._scores.append((d1, h))
+            self._score_rows += d1.shape[0]
+            return
+        for a, b in self._scores or ():
+            self.counts[5].add_(_score_over_curvature(a, b))
+        self._scores = None
+        self.counts[5].add_(_score_over_curvature(d1, h))
 
     def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
         """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
@@ -381,7 +407,7 @@ class PassSums:
             if self._deferred is not None:
                 self._count_batch_unseparated(*self._deferred)
                 self._deferred = None
-            if self._batches and self._count[4] > 0:
+            if self._batches and self.counts[4] > 0:
                 return  # one unseparated sample settles it
             self._batches += 1
             if self._batches == 1 and not saturated:
@@ -394,11 +420,11 @@ class PassSums:
         eta_dir = eta if offset is None else eta - offset.to(eta.dtype).reshape(-1, *([1] * (eta.dim() - 1)))
         sep = self.family.strictly_separated(eta_dir, y)
         if sep is None:
-            self._count[4].add_(y.shape[0])
+            self.counts[4].add_(y.shape[0])
             return
         if s is not None:
             sep = sep | (s <= 0)
-        self._count[4].add_((~sep).sum())
+        self.counts[4].add_((~sep).sum())
 
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
@@ -411,7 +437,7 @@ class PassSums:
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
         self._spread_fused()
-        if self._deferred is not None and self._count[1] > 0:
+        if self._deferred is not None and self.counts[1] > 0:
             self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at
         all_reduce_sum(buf)
@@ -419,8 +445,11 @@ class PassSums:
         # times x^2) is no usable point either: counted as one invalid sample, so a trial
         # there is rejected like one outside the link's domain. One host read per pass:
         # the counts, the weight sum, and whether the loss and every sum after it are finite.
-        all_finite = torch.isfinite(buf[at:]).all().to(buf.dtype).reshape(1)
-        *head, loss, all_finite = torch.cat([buf[: at + 1], all_finite]).tolist()
+        # (``0 x`` is 0 for a finite ``x`` and NaN for an infinite or NaN one: their sum is
+        # 0 exactly where all are finite, in two operations.)
+        zeros = buf[at:].mul(0).sum(0, keepdim=True)
+        *head, loss, zero = torch.cat([buf[: at + 1], zeros]).tolist()
+        all_finite = zero == 0
         invalid, saturated, n, n_offset, unseparated, q_sum, S = head[:7]
         loss_finite = math.isfinite(loss)
         self.n_invalid = int(invalid) + int(not all_finite)
@@ -431,7 +460,7 @@ class PassSums:
         self.completely_separated = self.saturation > 0 and saturated > 0 and n > 0 and unseparated == 0
         self.n_samples = int(n)
         self.n_offset = int(n_offset)
-        self.gradient_rounding = self._gradient_rounding(q_sum, n, S)
+        self._rounding = (q_sum, n, S)
         # The penalty on the leading m d entries (the weights; :func:`.layout.penalty_mask`).
         pen, md = self.penalty, self.m * self.d
         w = self.theta[:md]
@@ -447,6 +476,20 @@ class PassSums:
         if self.bias_column is not None:
             self.bias_column = self.bias_column.div_(S)  # the bias is never penalized
         return self
+
+    @property
+    def gradient_rounding(self) -> float | None:
+        """:meth:`_gradient_rounding` of the finished pass, its kept batches' sums of
+        ``d1^2 / h`` (:meth:`_add_score`) added first (in their order: the same sum as
+        the buffer's); every process reads it at the same step, and all-reduces them."""
+        if not self._rounding_summed:
+            kept = torch.zeros((), dtype=self.theta.dtype, device=self.theta.device)
+            for a, b in self._scores or ():
+                kept.add_(_score_over_curvature(a, b))
+            all_reduce_sum(kept)  # (every process, kept batches or none)
+            q_sum, n, S = self._rounding
+            self._rounding, self._scores, self._rounding_summed = (q_sum + float(kept), n, S), None, True
+        return self._gradient_rounding(*self._rounding)
 
     def _gradient_rounding(self, q_sum: float, n: float, S: float) -> float | None:
         """A bound on the rounding of each equilibrated gradient entry, or ``None``

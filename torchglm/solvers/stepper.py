@@ -455,7 +455,7 @@ class StepFitter(Fitter):
         if step > 0:
             self.result.n_iter += 1
         self.search.n_rejected = 0
-        grad_norm = float(s.grad.abs().max()) if s.grad.numel() else 0.0
+        grad_norm = float(torch.linalg.vector_norm(s.grad, math.inf)) if s.grad.numel() else 0.0
         stale = self.check.light
         delta, dec = self._next_direction(s)
         self.delta, self.decrement = delta, dec
@@ -713,10 +713,8 @@ class StepFitter(Fitter):
         # there is rounding, as along a direction null in the design; one above the
         # gradient's rounding bound is the objective's own slope (Filip on the normal
         # equations: flat 7e-14 against a bound 2e-16, E 1e-9 above the optimum).
-        rounding = s.gradient_rounding
-        sloped = rounding is not None and flat > math.sqrt(s.grad.numel()) * rounding
-        unresolved = hidden > floor * max(1.0, abs(float(s.loss))) or sloped
-        self.solve.flat_gradient = flat if flat and unresolved else 0.0
+        # (Read only with dropped directions: the pass sums its d1^2 / h only then.)
+        self.solve.flat_gradient = flat if flat and self._unresolved(s, flat, hidden, floor) else 0.0
         # An indefinite Hessian (a non-canonical link away from the optimum): the step
         # with its negative eigenvalues flipped descends, but g^T |H|^-1 g is no
         # decrement (the point is no minimum), so it certifies nothing. Only this pass's
@@ -726,7 +724,16 @@ class StepFitter(Fitter):
             self.solve.exact = False  # a subsample's Hessian: a step, never a certificate
         if note is not None:
             self._note(f"Hessian {note}")
-        return delta, float(-(s.grad @ delta))
+        return delta, -float(s.grad @ delta)
+
+    @staticmethod
+    def _unresolved(s: PassSums, flat: float, hidden: float, floor: float) -> bool:
+        """Whether the gradient along the dropped directions (``flat``, in equilibrated
+        units) is the objective's own slope: a least decrease ``hidden`` there above
+        ``floor max(1, |E|)``, or ``flat`` above the gradient's rounding bound."""
+        rounding = s.gradient_rounding
+        sloped = rounding is not None and flat > math.sqrt(s.grad.numel()) * rounding
+        return hidden > floor * max(1.0, abs(float(s.loss))) or sloped
 
     def cg_step(self, s: PassSums, max_cg: int | None = None):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`). Where

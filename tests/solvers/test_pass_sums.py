@@ -276,3 +276,38 @@ def test_a_non_finite_sum_after_the_loss_makes_the_point_invalid():
         s.finish()
         finite = bad == bad and abs(bad) != float("inf")
         assert s.n_invalid == (0 if finite else 1)
+
+
+def _separation_on_two_ranks(rank, world):
+    """Rank 0 holds the saturated, correctly separated rows; rank 1 the unsaturated
+    ones, one on the wrong side: the summed pass has saturated samples and one
+    unseparated sample, so no rank may claim complete separation."""
+    from torchglm.data.batches import Batch
+    from torchglm.solvers.layout import flat_parameters
+
+    y = (_X0 > 0).to(torch.float64)
+    y[0] = 1.0 - y[0]
+    x = torch.stack([_X0, torch.zeros(40, dtype=torch.float64)], 1)
+    rows = slice(16, 40) if rank == 0 else slice(0, 16)  # no saturated row on rank 1
+    model = GeneralizedLinearModel(2, "bernoulli", dtype=torch.float64)
+    with torch.no_grad():
+        model.linear.weight.copy_(torch.tensor([[50.0, 0.0]]))
+    sums = PassSums(model, flat_parameters(model), curvature="full", saturation=1e-10)
+    sums.add(Batch(x[rows], y[rows], None, None))
+    s = sums.finish()
+    return s.n_saturated, s.completely_separated
+
+
+@pytest.mark.slow
+def test_a_rank_without_saturated_samples_still_counts_its_unseparated_ones():
+    """The first batch's unseparated count, deferred on a CPU until a saturated sample
+    appears, is counted at ``finish`` under ``torch.distributed`` whatever this rank saw:
+    another rank's saturated samples make it count (it was left out, and both ranks
+    claimed a separation the wrong-side sample refutes)."""
+    from dist_util import run_distributed
+
+    out = run_distributed(_separation_on_two_ranks, 2)
+    assert all(o["ok"] for o in out), out
+    for o in out:
+        n_saturated, separated = o["result"]
+        assert n_saturated == 22 and not separated  # all on rank 0

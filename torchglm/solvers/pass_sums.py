@@ -16,6 +16,7 @@ import math
 import torch
 
 from ..data.batches import Batch
+from ..distributed import rank_and_world
 from ..passes import LinearModel, all_reduce_sum, linear_predictor
 from ..penalty import L2Penalty
 from .eta_derivatives import eta_derivatives
@@ -437,7 +438,9 @@ class PassSums:
         """All-reduce, normalize by the total weight and add the penalty."""
         self._add_sketch()
         self._spread_fused()
-        if self._deferred is not None and self.counts[1] > 0:
+        if self._deferred is not None and (self.counts[1] > 0 or rank_and_world()[1] > 1):
+            # (with several processes another one's saturated sample makes this one's
+            # count matter: the counts are summed below)
             self._count_batch_unseparated(*self._deferred)
         buf, at = self._sums, self._loss_at
         all_reduce_sum(buf)

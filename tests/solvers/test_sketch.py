@@ -57,17 +57,10 @@ def test_the_sketched_hessian_is_the_scaled_hessian_of_every_rth_row():
     assert not torch.allclose(s.hess, H, rtol=1e-3)
 
 
-@pytest.mark.parametrize("link", ["logit", "probit"])
-def test_a_sketched_pass_differentiates_twice_only_its_sketched_rows(monkeypatch, link):
-    """A sketched pass takes first derivatives on every row and second derivatives on
-    the every ``r``-th rows its Hessian sums (a probit's cost an asymptotic series per
-    sample): with sample weights, its Hessian is still the weighted one of those rows."""
+def _count_derivatives(monkeypatch) -> list:
+    """``(order, rows)`` of every ``eta_derivatives`` call a pass makes, as it makes them."""
     from torchglm.solvers import pass_sums
 
-    x, y, _ = _data("logistic", n=3001)
-    weight = torch.rand(3001, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
-    make = lambda: GeneralizedLinearModel(4, "bernoulli", link, l2=1e-3, dtype=torch.float64)  # noqa: E731
-    theta = torch.tensor([0.2, -0.1, 0.05, 0.3, 0.1], dtype=torch.float64)
     calls = []
     real = pass_sums.eta_derivatives
 
@@ -76,11 +69,24 @@ def test_a_sketched_pass_differentiates_twice_only_its_sketched_rows(monkeypatch
         return real(family, eta, y, order, expected, **kwargs)
 
     monkeypatch.setattr(pass_sums, "eta_derivatives", spy)
+    return calls
+
+
+@pytest.mark.parametrize("link", ["logit", "probit"])
+def test_a_sketched_pass_differentiates_twice_only_its_sketched_rows(monkeypatch, link):
+    """A sketched pass takes first derivatives on every row and second derivatives on
+    the every ``r``-th rows its Hessian sums (a probit's cost an asymptotic series per
+    sample): with sample weights, its Hessian is still the weighted one of those rows."""
+    x, y, _ = _data("logistic", n=3001)
+    weight = torch.rand(3001, generator=torch.Generator().manual_seed(2), dtype=torch.float64) + 0.5
+    make = lambda: GeneralizedLinearModel(4, "bernoulli", link, l2=1e-3, dtype=torch.float64)  # noqa: E731
+    theta = torch.tensor([0.2, -0.1, 0.05, 0.3, 0.1], dtype=torch.float64)
+    calls = _count_derivatives(monkeypatch)
     s = PassSums(make(), theta, "full", hessian_stride=7)
     s.add(next(iter(TensorBatches(x, y, weight))))
     s.finish()
     assert sorted(calls) == [(1, 3001), (2, 429)]
-    monkeypatch.setattr(pass_sums, "eta_derivatives", real)
+    monkeypatch.undo()  # the real derivatives again
     loss, g, _ = hessian_and_gradient(_at(make, theta), TensorBatches(x, y, weight))
     _, _, H_rows = hessian_and_gradient(_at(make, theta), TensorBatches(x[::7], y[::7], weight[::7]))
     # The sketch sums s_i h_i over the kept rows times 3001 / 429, over all the weight.
@@ -169,26 +175,17 @@ def test_a_sketched_pass_over_several_batches_differentiates_their_rows_once(mon
     """The sketched rows of every batch (slab) take their second derivatives together,
     once per pass; each batch's rows still count ``n_b / k_b`` (its rows over its rows
     kept), their sample weights included."""
-    from torchglm.solvers import pass_sums
-
     x, y, _ = _data("logistic", n=3001)
     weight = torch.rand(3001, generator=torch.Generator().manual_seed(3), dtype=torch.float64) + 0.5
     make = lambda: GeneralizedLinearModel(4, "bernoulli", "probit", l2=1e-3, dtype=torch.float64)  # noqa: E731
     theta = torch.tensor([0.2, -0.1, 0.05, 0.3, 0.1], dtype=torch.float64)
-    calls = []
-    real = pass_sums.eta_derivatives
-
-    def spy(family, eta, y, order=2, expected=False, **kwargs):
-        calls.append((order, eta.shape[0]))
-        return real(family, eta, y, order, expected, **kwargs)
-
-    monkeypatch.setattr(pass_sums, "eta_derivatives", spy)
+    calls = _count_derivatives(monkeypatch)
     s = PassSums(make(), theta, "full", hessian_stride=7)
     for b in TensorBatches(x, y, weight, batch_size=1000):  # 1000, 1000, 1000 and 1 rows
         s.add(b)
     s.finish()
     assert sorted(calls) == [(1, 1), (1, 1000), (1, 1000), (1, 1000), (2, 3 * 143 + 1)]
-    monkeypatch.setattr(pass_sums, "eta_derivatives", real)
+    monkeypatch.undo()  # the real derivatives again
     pen = torch.diag(torch.tensor([1e-3] * 4 + [0.0], dtype=torch.float64))
     want = torch.zeros(5, 5, dtype=torch.float64)
     for i in range(0, 3001, 1000):

@@ -365,3 +365,30 @@ def test_a_large_first_order_pass_sums_what_small_batches_sum(family, link, weig
         return
     assert torch.allclose(large.loss, small.loss, rtol=1e-12, atol=0)
     assert torch.allclose(large.grad, small.grad, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("flip", [None, 0, 9_000])
+def test_a_large_first_order_pass_proves_separation_as_small_batches_do(flip):
+    """Separated classes at a point far along the separating direction: a slabbed
+    first-order pass (:meth:`PassSums._add_first_order`) claims complete separation
+    exactly where batches of one piece each do; one sample on the wrong side, in the
+    first slab or a later one, refutes it."""
+    n, d = 12_000, 100
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    theta = torch.zeros(d + 1, dtype=torch.float64)
+    theta[0] = 1e3
+    y = (x[:, 0] > 0).double()
+    if flip is not None:
+        y[flip] = 1.0 - y[flip]
+    model = GeneralizedLinearModel(d, "bernoulli", "logit", l2=0.0, dtype=torch.float64)
+
+    def summed(batch_size):
+        s = PassSums(model, theta, None, saturation=1e-12)
+        for b in TensorBatches(x, y, batch_size=batch_size):
+            s.add(b)
+        return s.finish()
+
+    large, small = summed(None), summed(1000)
+    assert large.completely_separated == small.completely_separated == (flip is None)
+    assert large.n_saturated == small.n_saturated > 0

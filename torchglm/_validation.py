@@ -209,9 +209,13 @@ def check_finite(name: str, t: torch.Tensor, first_row: int = 0) -> tuple[float,
 
 def check_features(
     name: str, x: torch.Tensor, n_features: int | None = None, magnitude: bool = False
-) -> torch.Tensor:
+) -> tuple[float, float] | None:
     """Check a design matrix: 2-D, floating point, finite, with ``n_features`` columns
-    (and with ``magnitude``, small enough for its sums of squares: :func:`check_magnitude`)."""
+    (and with ``magnitude``, small enough for its sums of squares: :func:`check_magnitude`).
+
+    Returns its smallest and largest (stored) value from the read that checked it
+    (:func:`check_finite`; ``None`` without stored values), for a caller that needs its
+    magnitude too."""
     if not isinstance(x, torch.Tensor):
         raise fail(name, "a torch.Tensor", type(x).__name__)
     if x.dim() != 2:
@@ -225,7 +229,7 @@ def check_features(
     extremes = check_finite(name, x)
     if magnitude:
         check_magnitude(name, x, extremes)
-    return x
+    return extremes
 
 
 def check_same_length(names: Sequence[str], *tensors: torch.Tensor) -> None:

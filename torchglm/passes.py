@@ -132,8 +132,11 @@ class LinearModel(Protocol):
     def as_data(self, x, y=None, weight=None, offset=None) -> tuple:
         """Array-likes as tensors of the model's dtype and device."""
 
-    def check_data(self, x, y, weight=None, offset=None, fitting: bool = True) -> tuple:
-        """The one data gate: ``(x, y)`` validated for this model."""
+    def check_data(
+        self, x, y, weight=None, offset=None, fitting: bool = True, return_extremes: bool = False
+    ) -> tuple:
+        """The one data gate: ``(x, y)`` validated for this model; with ``return_extremes``
+        ``(x, y, extremes)``, ``x``'s smallest and largest value (``None``: none stored)."""
 
     def objective(self, x, y, weight=None, offset=None) -> torch.Tensor:
         """``E``: weighted mean NLL plus the penalty."""

@@ -311,3 +311,84 @@ def test_a_rank_without_saturated_samples_still_counts_its_unseparated_ones():
     for o in out:
         n_saturated, separated = o["result"]
         assert n_saturated == 22 and not separated  # all on rank 0
+
+
+@pytest.mark.parametrize(
+    "family, link",
+    [("bernoulli", "logit"), ("bernoulli", "probit"), ("poisson", "log"), ("gamma", "inverse")],
+)
+@pytest.mark.parametrize("weighted", [False, True])
+def test_a_large_first_order_pass_sums_what_small_batches_sum(family, link, weighted):
+    """A dense batch large enough for slabs (:func:`~torchglm.solvers.products.fused_rows`)
+    takes the first-order pass's own path (:meth:`PassSums._add_first_order`): its loss,
+    gradient and counts (invalid, saturated, separated, rows, offsets, targets) equal
+    those of the same rows in batches small enough for one piece each, with offsets,
+    weights (some zero), saturated samples and, under the gamma's inverse link, eta outside its
+    domain."""
+    from torchglm.solvers import products
+
+    n, d = 12_000, 100
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    x[:40] *= 50.0  # saturated rows (a large |eta|)
+    if family == "poisson":
+        y = torch.poisson(torch.full((n,), 2.0), generator=g)
+    elif family == "gamma":
+        y = 1.0 + torch.rand(n, generator=g, dtype=torch.float64)
+    else:
+        y = (torch.rand(n, generator=g) < 0.5).double()
+    offset = 0.1 * torch.randn(n, generator=g, dtype=torch.float64)
+    weight = torch.rand(n, generator=g, dtype=torch.float64) if weighted else None
+    if weighted:
+        weight[::7] = 0.0
+    model = GeneralizedLinearModel(d, family, link, l2=1e-3, dtype=torch.float64)
+    theta = 0.05 * torch.randn(d + 1, generator=g, dtype=torch.float64)
+    if family == "gamma":
+        theta[-1] = 1.0  # mostly positive eta, some rows past 0 (outside the domain)
+    assert products.fused_rows(x) is not None and products.fused_rows(x[:1000]) is None
+
+    def summed(batch_size):
+        s = PassSums(model, theta, None, saturation=1e-12, y_sum=True)
+        for b in TensorBatches(x, y, weight, offset, batch_size=batch_size):
+            s.add(b)
+        return s.finish()
+
+    large, small = summed(None), summed(1000)
+    assert large.n_invalid == small.n_invalid and large.n_saturated == small.n_saturated
+    assert large.n_saturated > 0 if family == "bernoulli" else large.n_invalid > 0 or family == "poisson"
+    assert large.completely_separated == small.completely_separated
+    assert (large.n_samples, large.n_offset) == (small.n_samples, small.n_offset) == (n, n)
+    assert torch.allclose(large.y_sum, small.y_sum, rtol=1e-13)
+    assert torch.allclose(large.weight_sum, small.weight_sum, rtol=1e-13)
+    if large.no_likelihood:
+        assert small.no_likelihood
+        return
+    assert torch.allclose(large.loss, small.loss, rtol=1e-12, atol=0)
+    assert torch.allclose(large.grad, small.grad, rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("flip", [None, 0, 9_000])
+def test_a_large_first_order_pass_proves_separation_as_small_batches_do(flip):
+    """Separated classes at a point far along the separating direction: a slabbed
+    first-order pass (:meth:`PassSums._add_first_order`) claims complete separation
+    exactly where batches of one piece each do; one sample on the wrong side, in the
+    first slab or a later one, refutes it."""
+    n, d = 12_000, 100
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    theta = torch.zeros(d + 1, dtype=torch.float64)
+    theta[0] = 1e3
+    y = (x[:, 0] > 0).double()
+    if flip is not None:
+        y[flip] = 1.0 - y[flip]
+    model = GeneralizedLinearModel(d, "bernoulli", "logit", l2=0.0, dtype=torch.float64)
+
+    def summed(batch_size):
+        s = PassSums(model, theta, None, saturation=1e-12)
+        for b in TensorBatches(x, y, batch_size=batch_size):
+            s.add(b)
+        return s.finish()
+
+    large, small = summed(None), summed(1000)
+    assert large.completely_separated == small.completely_separated == (flip is None)
+    assert large.n_saturated == small.n_saturated > 0

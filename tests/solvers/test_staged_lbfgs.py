@@ -136,6 +136,31 @@ def test_auto_keeps_a_dense_one_output_fit_in_float64_where_squares_overflow_flo
     assert _auto_dtype(m, "lbfgs", x) is None
 
 
+def test_auto_reads_the_extremes_of_a_dense_design_once(monkeypatch):
+    """``auto``'s float32 choice (:func:`~torchglm.solvers.api._squares_fit`) takes the
+    extremes the data gate read (:meth:`~torchglm.models.GeneralizedLinearModel.check_data`):
+    one read of ``x`` for both (7 ms each on 50,000 x 500, one thread), and the same
+    choice where the squares overflow float32 (a column times 1e20 stays float64)."""
+    monkeypatch.setattr(api, "AUTO_FLOAT32_LBFGS_MIN_FLOPS", 1e5)
+    x, y = _binary_data(1_000, 200)
+    reads = []
+    aminmax = torch.aminmax
+
+    def spy(t, *args, **kwargs):
+        reads.append(t.numel() == x.numel())
+        return aminmax(t, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "aminmax", spy)
+    r = _fit(LogisticRegression(200, l2=0.0, dtype=F64), x, y, solver="auto")
+    assert r.extra.stages == ["torch.float32", "torch.float64"] and reads.count(True) == 1
+    x[:, 3] *= 1e20  # (within float64's bound at the gate, past float32's)
+    reads.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # (no optimum within a few steps on that column)
+        r = fit(LogisticRegression(200, l2=0.0, dtype=F64), x, y, solver="auto", max_iter=2)
+    assert r.extra.stages is None and r.extra.dtype == "torch.float64" and reads.count(True) == 1
+
+
 def test_a_float32_stage_that_finishes_in_the_next_stage_hands_on_its_memory():
     """``finish_in_next_stage``: the handoff stage's first-order phase runs to the
     caller's tol (not float32's resolution) and ends there, unconverged, with its pairs

@@ -393,7 +393,8 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
         offset: torch.Tensor | None = None,
         *,
         fitting: bool = True,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return_extremes: bool = False,
+    ) -> tuple:
         """Validate a design matrix and targets against this model; return ``(x, y)``
         with ``y`` in the dtype the family expects.
 
@@ -404,6 +405,11 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
                 two classes among the rows of positive weight (scikit-learn's rule;
                 with one class the MLE has an infinite intercept). ``False`` for
                 data that are only scored.
+            return_extremes: return ``(x, y, extremes)``: ``x``'s smallest and largest
+                (stored) value from the one read that checked it
+                (:func:`~torchglm._validation.check_features`), for a caller that needs
+                its magnitude (:func:`~torchglm.solvers.fit`'s float32 stage) without
+                reading ``x`` again.
 
         Raises:
             InputError: wrong shapes, non-finite values, targets outside the
@@ -411,14 +417,14 @@ class GeneralizedLinearModel(FittedFlag, nn.Module):
                 values so large that sums of squares overflow
                 (``max |x| > sqrt(finfo.max / n_samples)``: rescale them).
         """
-        check_features("X", x, self.n_features, magnitude=True)
+        extremes = check_features("X", x, self.n_features, magnitude=True)
         if not isinstance(y, torch.Tensor):
             raise fail("y", "a torch.Tensor", type(y).__name__)
         check_same_length(["X", "y"], x, y)
         check_weight(weight, x.shape[0])
         check_offset(offset, x.shape[0])
         y = check_targets(self.family, y, self.n_classes, weight, fitting=fitting, dtype=x.dtype)
-        return x, y
+        return (x, y, extremes) if return_extremes else (x, y)
 
     def loss(
         self,

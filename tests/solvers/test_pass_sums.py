@@ -252,6 +252,40 @@ def test_a_hessian_pass_over_several_chunks_matches_autograd(
     torch.testing.assert_close(H, hessian(obj)(theta), rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_a_hessian_pass_over_one_chunk_sums_no_fused_products_and_matches_autograd(
+    fit_intercept, monkeypatch
+):
+    """A batch of one row chunk with the fused pass's features (breast_cancer's 455 x 30):
+    its Hessian is one product over ``[x, 1]``, and the fused buffer (two dozen
+    operations a pass to spread its zeros) is never made."""
+    from torch.func import grad, hessian
+
+    from torchglm.solvers import pass_sums, products
+    from autograd_ref import flat_objective
+    from torchglm.solvers.layout import flat_parameters, set_flat_parameters
+
+    calls = []
+    monkeypatch.setattr(pass_sums, "add_hessian_and_gradient", lambda *a: calls.append(a) or False)
+    n, d = 455, 30
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    assert d >= pass_sums.FUSED_MIN_FEATURES and products.chunk_rows(x, d + fit_intercept) >= n
+    m = GeneralizedLinearModel(
+        d, "bernoulli", "logit", l2=0.1, fit_intercept=fit_intercept, dtype=torch.float64
+    )
+    theta = 0.3 * torch.randn(flat_parameters(m).numel(), generator=g, dtype=torch.float64) / d**0.5
+    set_flat_parameters(m, theta)
+    y = (torch.rand(n, generator=g, dtype=torch.float64) < 0.4).double()
+    s = PassSums(m, theta, "full")
+    s.add(next(iter(TensorBatches(x, y))))
+    assert s._fused is None and calls == []
+    s.finish()
+    obj = flat_objective(m, x, y, None)
+    torch.testing.assert_close(s.grad, grad(obj)(theta), rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(s.hess, hessian(obj)(theta), rtol=1e-10, atol=1e-14)
+
+
 def _binary(n=700, d=4, seed=3):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(n, d, generator=g, dtype=torch.float64)

@@ -291,6 +291,9 @@ class PassSums:
         that :meth:`finish` spreads; otherwise ``r^T x``, then the Hessian."""
         d, has_bias = self.d, self.has_bias
         fused = not x.is_sparse and self.hessian_precision == "highest" and d >= FUSED_MIN_FEATURES
+        # (A batch of one row chunk adds nothing there: no buffer, and none to spread in
+        # :meth:`finish`, which cost a small pass two dozen operations adding zeros.)
+        fused = fused and x.shape[0] > products.chunk_rows(x, d + has_bias)  # (its chunks)
         if fused and self._fused is None:
             self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
         if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):

@@ -177,11 +177,13 @@ class Family:
         raise NotImplementedError
 
     def nll_y_term(self, y: torch.Tensor) -> torch.Tensor | None:
-        """The part of the per-sample NLL that depends on the target alone (a
-        normalizing constant, such as a Poisson's ``lgamma(y + 1)``) where this family's
-        :meth:`nll_derivatives` takes it back as ``y_term``: a fit evaluates it once per
-        batch and passes it every pass after (:class:`~torchglm.solvers.pass_sums.PassSums`).
-        ``None``: no such term (the default).
+        """The terms of the per-sample NLL's closed forms that depend on the target alone
+        (a normalizing constant, such as a Poisson's ``lgamma(y + 1)``; the Bernoulli's
+        float targets and ``1 - y``) where this family's :meth:`nll_derivatives` takes
+        them back as ``y_term`` (a tensor or a tuple of tensors): a fit evaluates them once
+        per batch and passes them every pass after
+        (:class:`~torchglm.solvers.pass_sums.PassSums`). ``None``: no such terms (the
+        default).
 
         Args:
             y: targets as :meth:`check_target` returns them, in eta's dtype.
@@ -415,14 +417,27 @@ class _Binary(Family):
         t0 = torch.where(has0, (1 - y) * self.link.log1m_inverse(torch.where(has0, eta, zero)), zero)
         return -(t1 + t0)
 
-    def nll_derivatives(self, eta, y, order):
-        # l = -(y log mu + (1 - y) log(1 - mu)) from the link's log mu, log(1 - mu).
-        y = y.to(eta.dtype)
+    def nll_y_term(self, y):
+        # The targets in eta's dtype and the factor the closed forms below take from them:
+        # 1 - y (logit), the sign q = 2y - 1 (a symmetric link's one tail). A fit keeps
+        # them: an integer target's cast and the factor were two of a small pass's ~100
+        # operations.
+        if self.is_canonical:
+            return y, 1 - y
+        if self.is_classifier and self.link.symmetric:
+            return y, y * 2.0 - 1.0
+        return None
+
+    def nll_derivatives(self, eta, y, order, y_term=None):
+        # l = -(y log mu + (1 - y) log(1 - mu)) from the link's log mu, log(1 - mu);
+        # ``y_term``: :meth:`nll_y_term`'s targets and factor, when the caller kept them.
+        y, factor = (y.to(eta.dtype), None) if y_term is None else y_term
         if self.is_canonical:
             # Logit: dl/deta = mu - y = (1 - y) mu - y (1 - mu), d2l/deta2 = mu (1 - mu),
             # all from the logs (mu - 1 would round to 0 once mu is within eps of 1).
             # (Fused multiply-adds: exact for 0/1 targets, whose products are 0 or a0, b0.)
-            a0, b0, ny = self.link.log_inverse(eta), self.link.log1m_inverse(eta), 1 - y
+            ny = 1 - y if factor is None else factor
+            a0, b0 = self.link.log_inverse(eta), self.link.log1m_inverse(eta)
             nll = torch.addcmul(y * a0, ny, b0).neg_()
             d1 = torch.addcmul(ny * a0.exp(), y, b0.exp(), value=-1)
             return (nll, d1) if order == 1 else (nll, d1, (a0 + b0).exp())
@@ -430,7 +445,7 @@ class _Binary(Family):
             # y in {0, 1} and F(-t) = 1 - F(t): l = -log F(q eta) with q = 2y - 1, so
             # dl/deta = -q (log F)'(q eta), d2l/deta2 = -(log F)''(q eta): one tail per
             # sample (a probit's erfc, exp and logs once, not for both tails).
-            q = y * 2.0 - 1.0
+            q = y * 2.0 - 1.0 if factor is None else factor
             parts = self.link.log_inverse_derivatives(q * eta, order)
             if parts is not None:
                 out = (parts[0].neg(), torch.mul(parts[1], q).neg_())

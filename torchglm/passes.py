@@ -325,6 +325,17 @@ class Fitter:
     #: few hundred rows converge and ends a crawling one in seconds (the tests that run
     #: every solver use it); ``None``: the default ``max_iter`` does.
     budget_max_iter: int | None = None
+    #: Whether each accepted step's point is written into the model at once (a Trainer's
+    #: validation and checkpoints read the model between passes). A driver that reads
+    #: it only once the passes end (:func:`~torchglm.solvers.fit`) sets ``False`` and
+    #: calls :meth:`write_accepted` when they end, however they end.
+    write_each_step: bool = True
+
+    def write_accepted(self) -> None:
+        """Write the last accepted point into the model where a fit left it unwritten
+        (``write_each_step`` off, the passes ended by an exception or interrupt before
+        the fit's own end wrote its point); nothing here: a fitter that writes no point
+        per step has none to catch up."""
 
     @classmethod
     def compute_dtype(cls, model, dtype: torch.dtype | None = None) -> torch.dtype:

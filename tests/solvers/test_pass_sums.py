@@ -93,6 +93,60 @@ def test_a_newton_fit_evaluates_the_target_terms_once_per_stage(y_terms):
     torch.testing.assert_close(torch.tensor(result.extra.loss, dtype=torch.float64), loss, rtol=1e-14, atol=0)
 
 
+@pytest.mark.parametrize("link", ["logit", "probit", "cloglog"])
+def test_kept_bernoulli_target_terms_give_the_same_sums_bit_for_bit(link, monkeypatch):
+    """Integer 0/1 targets: the float targets and ``1 - y`` (logit) or ``2y - 1`` (probit)
+    are made on a batch's first pass only, and every pass's loss, gradient and Hessian
+    equal, bit for bit, those of a pass that makes them afresh (cloglog keeps none)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(500, 4, generator=g, dtype=torch.float64)
+    y = (torch.rand(500, generator=g) < 0.4).long()
+    model = GeneralizedLinearModel(4, "bernoulli", link, l2=1e-2, dtype=torch.float64)
+    theta = torch.tensor([0.3, -0.2, 0.1, 0.05, -0.4], dtype=torch.float64)
+    made = []
+    real = families.Bernoulli.nll_y_term
+    monkeypatch.setattr(families.Bernoulli, "nll_y_term", lambda self, t: made.append(1) or real(self, t))
+    batches = TensorBatches(x, y, batch_size=200)
+    fresh = _pass(model, theta, batches, None)
+    cache = {}
+    for curvature in ("full", None, "full"):
+        kept = _pass(model, theta, batches, cache, curvature)
+        assert torch.equal(kept.loss, fresh.loss) and torch.equal(kept.grad, fresh.grad)
+    assert torch.equal(kept.hess, fresh.hess)
+    assert len(made) == 6 and len(cache) == 3  # 3 afresh, then once per batch
+    if link != "cloglog":
+        assert all(isinstance(e["value"], tuple) for e in cache.values())
+
+
+def test_a_small_batch_keeps_its_augmented_design_for_the_same_hessian():
+    """A one-output Hessian pass's first batch of one chunk keeps ``[x, 1]`` in the
+    design cache between passes: the Hessian equals, bit for bit, a pass that
+    concatenates it afresh; only the first batch's is kept; a design written in place
+    gets a new one."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(600, 5, generator=g, dtype=torch.float64)
+    y = (torch.rand(600, generator=g) < 0.5).double()
+    model = GeneralizedLinearModel(5, "bernoulli", "logit", l2=1e-3, dtype=torch.float64)
+    theta = torch.tensor([0.2, -0.1, 0.3, 0.0, 0.1, -0.2], dtype=torch.float64)
+
+    def one_pass(cache, batch_size=None):
+        s = PassSums(model, theta, "full", sparse_cache=cache)
+        for b in TensorBatches(x, y, batch_size=batch_size):
+            s.add(b)
+        return s.finish()
+
+    fresh = one_pass(None)
+    cache = {}
+    for _ in range(2):
+        assert torch.equal(one_pass(cache).hess, fresh.hess)
+    (entry,) = cache.values()
+    assert torch.equal(entry["value"], torch.cat([x, torch.ones(600, 1, dtype=torch.float64)], 1))
+    cache = {}
+    assert torch.equal(one_pass(cache, 200).hess, one_pass(None, 200).hess) and len(cache) == 1
+    x[:5, 0] += 1.0  # in place: the kept design is stale
+    assert torch.equal(one_pass(cache).hess, one_pass(None).hess)
+
+
 def _separating_pass(y: torch.Tensor, batches: int, w: float = 50.0) -> PassSums:
     """A logistic pass at ``w e_0`` over ``x_0`` in [-1, 1], rows in order of ``|x_0|``
     (the first batches the least certain): at ``w = 50`` the samples with
@@ -196,6 +250,40 @@ def test_a_hessian_pass_over_several_chunks_matches_autograd(
     torch.testing.assert_close(loss, obj(theta), rtol=1e-13, atol=0)
     torch.testing.assert_close(gr, grad(obj)(theta), rtol=1e-10, atol=1e-14)
     torch.testing.assert_close(H, hessian(obj)(theta), rtol=1e-10, atol=1e-14)
+
+
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_a_hessian_pass_over_one_chunk_sums_no_fused_products_and_matches_autograd(
+    fit_intercept, monkeypatch
+):
+    """A batch of one row chunk with the fused pass's features (breast_cancer's 455 x 30):
+    its Hessian is one product over ``[x, 1]``, and the fused buffer (two dozen
+    operations a pass to spread its zeros) is never made."""
+    from torch.func import grad, hessian
+
+    from torchglm.solvers import pass_sums, products
+    from autograd_ref import flat_objective
+    from torchglm.solvers.layout import flat_parameters, set_flat_parameters
+
+    calls = []
+    monkeypatch.setattr(pass_sums, "add_hessian_and_gradient", lambda *a: calls.append(a) or False)
+    n, d = 455, 30
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    assert d >= pass_sums.FUSED_MIN_FEATURES and products.chunk_rows(x, d + fit_intercept) >= n
+    m = GeneralizedLinearModel(
+        d, "bernoulli", "logit", l2=0.1, fit_intercept=fit_intercept, dtype=torch.float64
+    )
+    theta = 0.3 * torch.randn(flat_parameters(m).numel(), generator=g, dtype=torch.float64) / d**0.5
+    set_flat_parameters(m, theta)
+    y = (torch.rand(n, generator=g, dtype=torch.float64) < 0.4).double()
+    s = PassSums(m, theta, "full")
+    s.add(next(iter(TensorBatches(x, y))))
+    assert s._fused is None and calls == []
+    s.finish()
+    obj = flat_objective(m, x, y, None)
+    torch.testing.assert_close(s.grad, grad(obj)(theta), rtol=1e-10, atol=1e-14)
+    torch.testing.assert_close(s.hess, hessian(obj)(theta), rtol=1e-10, atol=1e-14)
 
 
 def _binary(n=700, d=4, seed=3):

@@ -358,10 +358,17 @@ def _fit_stages(
         # and version bookkeeping, a tenth of a small fit's time (breast_cancer's 455 x 30
         # passes). What leaves the fit is ordinary: the model's parameters are written in
         # place, and the result's tensors are copied out (:func:`_ordinary_tensors`).
+        # Nothing reads the model during the passes here: the accepted point is written
+        # once, when they end (a small fit wrote it at each of its ~10 steps, 5
+        # operations each), or where they end by an exception or interrupt.
+        fitter.write_each_step = False
         with torch.inference_mode():
-            stage = run_passes(fitter, batches, limit)
-            if not fitter.done:
-                fitter.stop(f"max_passes={limit} reached")
+            try:
+                stage = run_passes(fitter, batches, limit)
+                if not fitter.done:
+                    fitter.stop(f"max_passes={limit} reached")
+            finally:
+                fitter.write_accepted()
         _ordinary_tensors(stage)
         result = stage if result is None else _chain(result, stage)
         if result.extra.separation is not None:

@@ -90,11 +90,21 @@ def scale_rows(t: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
     return t * s.view(-1, *([1] * (t.dim() - 1)))
 
 
-def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: bool, precision: str) -> None:
+def add_hessian(
+    H: torch.Tensor,
+    x,
+    d2: torch.Tensor,
+    m: int,
+    d: int,
+    has_bias: bool,
+    precision: str,
+    augmented: torch.Tensor | None = None,
+) -> None:
     """``X~^T diag(h_kl) X~`` for every class pair ``k <= l`` (``h`` symmetric):
-    per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once."""
+    per row chunk one matrix product ``x^T [h_kl x]`` over all pairs at once.
+    ``augmented``: ``[x, 1]``, where the caller keeps it (one output, one chunk)."""
     if m == 1 and d2.dim() == 1:
-        return _add_hessian_one(H, x, d2, d, has_bias, precision)
+        return _add_hessian_one(H, x, d2, d, has_bias, precision, augmented)
     md = m * d
     pairs = torch.triu_indices(m, m, device=x.device)  # (2, P), k <= l
     P = pairs.shape[1]
@@ -125,17 +135,19 @@ def add_hessian(H: torch.Tensor, x, d2: torch.Tensor, m: int, d: int, has_bias: 
         H[md:, md:] += corner
 
 
-def _add_hessian_one(H: torch.Tensor, x, h: torch.Tensor, d: int, has_bias: bool, precision: str) -> None:
+def _add_hessian_one(
+    H: torch.Tensor, x, h: torch.Tensor, d: int, has_bias: bool, precision: str, xa: torch.Tensor | None
+) -> None:
     """:func:`add_hessian` for one output (``h`` of shape (n,)), with no class-pair
     bookkeeping (on a small batch that bookkeeping, a dozen small tensors, cost more
     than the product). A batch of one chunk adds ``X~^T [h X~]`` over the augmented
     design ``X~ = [x, 1]`` as one product into the whole of ``H``; a larger one adds
     ``x^T [h x]`` per row chunk into the weight block, then the bias row ``h^T x`` and
-    the corner ``sum_i h_i``."""
+    the corner ``sum_i h_i``. ``xa``: ``[x, 1]`` kept by the caller, or ``None``."""
     n = x.shape[0]
     rows = products.chunk_rows(x, d + has_bias)
     if has_bias and n <= rows:
-        xa = torch.cat([x, x.new_ones(n, 1)], 1)
+        xa = torch.cat([x, x.new_ones(n, 1)], 1) if xa is None else xa
         products.add_product(H, xa.T, xa * h.unsqueeze(-1), precision)
         return
     Hw = H[:d, :d]

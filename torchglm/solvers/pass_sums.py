@@ -77,8 +77,10 @@ class PassSums:
         targets_only: sum only the weights, the row counts and the targets, never
             reading the features (the start pass of a fit from ``theta = 0``, which
             only needs the mean target); ``loss`` and ``grad`` are then the penalty's.
-        sparse_cache: a dict that outlives the pass (the fitter's), where a sparse
-            batch keeps its transposed CSR between passes (:class:`SparseRows`).
+        sparse_cache: a dict that outlives the pass (the fitter's), where a batch's
+            design keeps what the passes derive from it: a sparse batch's CSR and its
+            transposes (:class:`SparseRows`), a small dense one's ``[x, 1]``
+            (:meth:`_augmented`).
         hessian_precision: the precision of the products ``X~^T [h X~]`` of a dense
             Hessian (:data:`HESSIAN_PRECISIONS`); everything else is summed in
             ``theta``'s dtype.
@@ -88,7 +90,8 @@ class PassSums:
             estimate, never a certificate. Loss and gradient use every row.
         target_cache: a dict that outlives the pass (the fitter's), where a batch's
             targets keep the family's :meth:`~torchglm.families.Family.nll_y_term`
-            (a Poisson's ``lgamma(y + 1)``) between passes (:meth:`y_term`).
+            (a Poisson's ``lgamma(y + 1)``, a Bernoulli's float targets and ``1 - y``)
+            between passes (:meth:`y_term`).
         diagonal: ``False``: a ``"hvp"`` pass sums no ``diag`` (``None``; its products
             with ``x * x`` cost a dense float64 pass about twice its gradient's), for a
             Newton-CG solve with a preconditioner of its own.
@@ -161,6 +164,7 @@ class PassSums:
         self.hess = rest.view(p, p) if curvature in ("full", "expected") else None
         self.diag = rest if with_diag else None
         self._batches = 0  # batches whose unseparated samples were counted or deferred
+        self._batches_seen = 0  # batches (row slabs) added
         # A CPU pass's first batch, while none of its samples is saturated: its unseparated
         # samples are counted only where a saturated sample makes them matter (:meth:`_count_unseparated`).
         self._deferred: tuple | None = None
@@ -282,6 +286,7 @@ class PassSums:
             self.y_sum.index_add_(0, y.long(), w)
 
     def _add(self, x, y, offset, s) -> None:
+        self._batches_seen += 1
         eta = self.eta(x, offset)
         # Canonical softmax under "diag"/"hvp": the curvature is kept as mu (n, K)
         # (H_i = diag(mu_i) - mu_i mu_i^T), never as n K x K blocks.
@@ -329,6 +334,9 @@ class PassSums:
         that :meth:`finish` spreads; otherwise ``r^T x``, then the Hessian."""
         d, has_bias = self.d, self.has_bias
         fused = not x.is_sparse and self.hessian_precision == "highest" and d >= FUSED_MIN_FEATURES
+        # (A batch of one row chunk adds nothing there: no buffer, and none to spread in
+        # :meth:`finish`, which cost a small pass two dozen operations adding zeros.)
+        fused = fused and x.shape[0] > products.chunk_rows(x, d + has_bias)  # (its chunks)
         if fused and self._fused is None:
             self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
         if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):
@@ -380,22 +388,23 @@ class PassSums:
         self._scores = None
         self.counts[5].add_(_score_over_curvature(d1, h))
 
-    def y_term(self, y: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    def y_term(self, y: torch.Tensor, dtype: torch.dtype):
         """The family's :meth:`~torchglm.families.Family.nll_y_term` of the batch's targets
         ``y`` in ``dtype``, evaluated on the batch's first pass and kept in
-        ``target_cache``. A batch's targets are known again by their storage, shape,
-        strides and version counter (an in-place write bumps it: the term is evaluated
-        anew); the entry holds them, so their memory is not reused while it lives, and
-        lives while the passes use it (the fitter drops the entries a pass did not see,
-        :meth:`.SparseRows.evict_unseen`)."""
-        if self.target_cache is None or y.is_inference():
-            return self.family.nll_y_term(y.to(dtype))
-        key = (y.data_ptr(), tuple(y.shape), y.stride(), y.dtype, str(y.device), y._version, dtype)
-        entry = self.target_cache.get(key)
-        if entry is None:
-            entry = self.target_cache[key] = {"pinned": y, "y_term": self.family.nll_y_term(y.to(dtype))}
-        entry["seen"] = True
-        return entry["y_term"]
+        ``target_cache`` (:func:`_kept`)."""
+        return _kept(self.target_cache, y, ("y_term", dtype), lambda: self.family.nll_y_term(y.to(dtype)))
+
+    def _augmented(self, x: torch.Tensor) -> torch.Tensor | None:
+        """The augmented design ``[x, 1]`` of a one-output Hessian pass's dense batch of one
+        row chunk (:func:`.curvature.add_hessian`'s one product over it), kept in
+        ``sparse_cache`` between passes (:func:`_kept`; the concatenation was two of a
+        small pass's ~100 operations) for a pass's first batch only: a small fit's one
+        batch, at most one chunk kept whatever the data's size. ``None`` elsewhere."""
+        if not (self.has_bias and self.scalar and self._batches_seen == 1) or x.is_sparse:
+            return None
+        if x.shape[0] > products.chunk_rows(x, self.d + 1):
+            return None
+        return _kept(self.sparse_cache, x, "augmented", lambda: torch.cat([x, x.new_ones(x.shape[0], 1)], 1))
 
     def _add_curvature(self, x, d2, s, probs: bool) -> None:
         """The batch's Hessian (dense or sparse), or its diagonal and the per-sample
@@ -403,7 +412,8 @@ class PassSums:
         if self.hess is not None and x.is_sparse:
             add_hessian_sparse(self.hess, x, d2, self.m, self.d, self.has_bias)
         elif self.hess is not None:
-            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision)
+            xa = self._augmented(x)
+            add_hessian(self.hess, x, d2, self.m, self.d, self.has_bias, self.hessian_precision, xa)
         else:
             curv = Curvature(d2, s, probs)
             if self.diag is not None:
@@ -722,3 +732,21 @@ def _score_over_curvature(d1: torch.Tensor, d2: torch.Tensor) -> torch.Tensor:
     bound then)."""
     q = d1.square().div_(d2.clamp_min(torch.finfo(d2.dtype).tiny))  # 0 where d1_i = 0, whatever h_i
     return torch.where((d2 > 0) | (d1 == 0), q, torch.inf).sum()
+
+
+def _kept(cache: dict | None, t: torch.Tensor, name, make):
+    """``make()``, a value derived from the batch tensor ``t`` alone, kept in ``cache``
+    (a fitter's dict that outlives the pass) under ``name`` for the later passes over the
+    same batch. A batch's tensor is known again by its storage, shape, strides, dtype and
+    version counter (an in-place write bumps it: the value is made anew); the entry holds
+    ``t``, so its memory is not reused while the entry lives, and it lives while the passes
+    use it (the fitter drops the entries a pass did not see, :meth:`.SparseRows.evict_unseen`).
+    Without a cache, or for an inference tensor (no version counter), made every time."""
+    if cache is None or t.is_inference():
+        return make()
+    key = (name, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, str(t.device), t._version)
+    entry = cache.get(key)
+    if entry is None:
+        entry = cache[key] = {"pinned": t, "value": make()}
+    entry["seen"] = True
+    return entry["value"]

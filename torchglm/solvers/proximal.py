@@ -340,6 +340,7 @@ class ProximalNewtonFitter(IRLSFitter):
         r.converged, r.message = converged, message
         if self.base is not None:
             set_flat_parameters(self.model, self.base_theta)
+            self._unwritten = False
             r.extra.update(loss=self.base_F, grad=self.base.grad.detach(), hessian=self.base.hess.detach())
             r.extra.other["kkt_residual"] = self.penalty.kkt_residual(
                 self.base.grad, self.base_theta, self.mask

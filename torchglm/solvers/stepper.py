@@ -229,6 +229,8 @@ class StepFitter(Fitter):
         #: that direction's decrement (``None``: no curvature model).
         self.base: PassSums | None = None
         self.base_theta: torch.Tensor | None = None
+        #: the model does not hold the accepted point yet (:meth:`write_accepted`).
+        self._unwritten = False
         self.delta: torch.Tensor | None = None
         self.decrement: float | None = None
         #: numerical notes (text -> count), reported in ``extra.numerical_warnings``.
@@ -451,7 +453,9 @@ class StepFitter(Fitter):
             )
         self.base, self.base_theta = s, self.theta
         self.sketch.exact_next = self.sketch.exact_next and s.sketched
-        set_flat_parameters(self.model, self.theta)
+        self._unwritten = not self.write_each_step
+        if self.write_each_step:
+            set_flat_parameters(self.model, self.theta)
         if step > 0:
             self.result.n_iter += 1
         self.search.n_rejected = 0
@@ -955,6 +959,14 @@ class StepFitter(Fitter):
         )
 
     # -- the end of the fit ---------------------------------------------------------
+    def write_accepted(self) -> None:
+        """The accepted point into the model, where an accepted step left it unwritten
+        (``write_each_step`` off) and the fit's end (:meth:`_end`) did not write it: the
+        passes ended by an exception or an interrupt (:class:`~torchglm.passes.Fitter`)."""
+        if self._unwritten:
+            set_flat_parameters(self.model, self.base_theta)
+            self._unwritten = False
+
     def stop(self, message: str) -> None:
         """End the fit now (e.g. a Trainer's epoch limit): not converged, with a warning."""
         if not self.done:
@@ -1004,6 +1016,7 @@ class StepFitter(Fitter):
                 and self.delta is not None
             )
             set_flat_parameters(self.model, self.base_theta + self.delta if step else self.base_theta)
+            self._unwritten = False
             # After a light verifying pass: the Hessian of the previous point.
             # (Never a sketched one: an estimate, not the point's Hessian.)
             hess = None if base.sketched else base.hess

@@ -243,7 +243,7 @@ class PassSums:
             xs, ys = x[i:j], y[i:j]
             o, w = (None if t is None else t[i:j] for t in (offset, s))
             eta = self.eta(xs, o)
-            nll, r = eta_derivatives(self.family, eta, ys, 1, y_term=None if y_term is None else y_term[i:j])
+            nll, r = eta_derivatives(self.family, eta, ys, 1, y_term=_rows(y_term, i, j))
             self._add_sample_counts(eta, ys, o, w, nll)
             if w is not None:
                 nll, r = w * nll, w * r
@@ -750,3 +750,13 @@ def _kept(cache: dict | None, t: torch.Tensor, name, make):
         entry = cache[key] = {"pinned": t, "value": make()}
     entry["seen"] = True
     return entry["value"]
+
+
+def _rows(term, i: int, j: int):
+    """Rows ``i:j`` of a family's kept target term (:meth:`PassSums.y_term`): a tensor,
+    a tuple of tensors (a Bernoulli's targets and factor) or ``None``."""
+    if term is None:
+        return None
+    if isinstance(term, tuple):
+        return tuple(t[i:j] for t in term)
+    return term[i:j]

@@ -41,6 +41,20 @@ def _fit(model, x, y, **options):
         return fit(model, x, y, **options)
 
 
+def _fits_with_column_7_scaled(make, design, scaled, y, given, **options):
+    """``auto`` fits of ``make()`` to ``given(design)`` and to ``given(scaled)`` (column 7
+    times 1e6), each certified by the float64 polish after a float32 stage: each fit's
+    result and weights, the scaled fit's column 7 brought back to the design's scale."""
+    out = []
+    for d in (design, scaled):
+        m = make()
+        r = _fit(m, given(d), y, **options)
+        assert r.converged and r.extra.stages == ["torch.float32", "torch.float64"], r.message
+        out.append((r, m.linear.weight.detach().clone()))
+    out[1][1][:, 7] *= 1e6
+    return out
+
+
 def test_auto_fits_a_large_dense_softmax_by_float32_lbfgs_with_a_float64_polish():
     n, d, K = 20_000, 20, 30
     assert 4 * n * (d + 1) * K >= AUTO_FLOAT32_LBFGS_MIN_FLOPS
@@ -208,15 +222,9 @@ def test_a_column_times_1e6_changes_neither_whether_nor_where_the_dense_float32_
     x, y = _binary_data(3_000, 200, seed=1)
     scaled = x.clone()
     scaled[:, 7] *= 1e6
-    results = []
-    for design in (x, scaled):
-        m = LogisticRegression(200, l2=0.0, dtype=F64)
-        r = _fit(m, design, y, tol=1e-10)
-        assert r.converged and r.extra.stages == ["torch.float32", "torch.float64"], r.message
-        results.append((m, r))
-    (m0, r0), (m1, r1) = results
-    w0, w1 = m0.linear.weight.detach().clone(), m1.linear.weight.detach().clone()
-    w1[:, 7] *= 1e6
+    (r0, w0), (r1, w1) = _fits_with_column_7_scaled(
+        lambda: LogisticRegression(200, l2=0.0, dtype=F64), x, scaled, y, lambda d: d, tol=1e-10
+    )
     assert abs(r1.extra.loss - r0.extra.loss) <= 2e-10
     torch.testing.assert_close(w1, w0, rtol=1e-4, atol=1e-5)
     cost = [r.extra.passes + sum(r.extra.cg_iterations) for r in (r0, r1)]
@@ -374,15 +382,9 @@ def test_a_column_times_1e6_changes_neither_whether_nor_where_the_float32_stage_
     dense = x.to_dense()
     scaled = dense.clone()
     scaled[:, 7] *= 1e6
-    results = []
-    for design in (dense, scaled):
-        m = SoftmaxRegression(60, 3, l2=0.0, dtype=F64)
-        r = _fit(m, design.to_sparse_csr(), y)
-        assert r.converged and r.extra.stages == ["torch.float32", "torch.float64"], r.message
-        results.append((m, r))
-    (m0, r0), (m1, r1) = results
-    w0, w1 = m0.linear.weight.detach().clone(), m1.linear.weight.detach().clone()
-    w1[:, 7] *= 1e6
+    (r0, w0), (r1, w1) = _fits_with_column_7_scaled(
+        lambda: SoftmaxRegression(60, 3, l2=0.0, dtype=F64), dense, scaled, y, lambda d: d.to_sparse_csr()
+    )
     # Both certified to E - E* <= 1e-12 max(1, |E|): the same E, coefficients to ~1e-6.
     assert abs(r1.extra.loss - r0.extra.loss) <= 2e-12
     torch.testing.assert_close(w1, w0, rtol=1e-5, atol=1e-6)

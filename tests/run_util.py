@@ -22,6 +22,22 @@ def python_stdout(code: str) -> str:
     return out.stdout.strip()
 
 
+def record_each_stage(monkeypatch, read) -> list:
+    """What ``read()`` returns as each stage of :func:`torchglm.solvers.fit` begins its
+    passes (``api.run_passes`` wrapped): the thread count, the inference mode, ..."""
+    import torchglm.solvers.api as api
+
+    seen = []
+    run_passes = api.run_passes
+
+    def recording(fitter, batches, limit):
+        seen.append(read())
+        return run_passes(fitter, batches, limit)
+
+    monkeypatch.setattr(api, "run_passes", recording)
+    return seen
+
+
 def quiet_trainer(**kw):
     """A Lightning ``Trainer`` that writes and prints nothing of its own (no logger,
     checkpoint, progress bar or model summary, no sanity validation) unless ``kw``

@@ -76,17 +76,10 @@ def test_one_thread_reads_no_load(monkeypatch):
 def test_core_fit_caps_its_default_threads_at_the_idle_cpus(monkeypatch):
     """``model.fit`` (the core API) runs on ``min(torch's threads, idle CPUs)`` unless
     given ``n_jobs``, and restores torch's setting after."""
-    import torchglm.solvers.api as api
+    from run_util import record_each_stage
     from torchglm import LogisticRegression
 
-    seen = []
-    run_passes = api.run_passes
-
-    def recording(fitter, batches, limit):
-        seen.append(torch.get_num_threads())
-        return run_passes(fitter, batches, limit)
-
-    monkeypatch.setattr(api, "run_passes", recording)
+    seen = record_each_stage(monkeypatch, torch.get_num_threads)
     monkeypatch.setattr(threads, "idle_cpus", lambda: 1)
     x = torch.randn(200, 3, dtype=torch.float64)
     y = (x[:, 0] + torch.randn(200, dtype=torch.float64) > 0).double()

@@ -91,16 +91,9 @@ def test_passes_run_in_inference_mode_and_leave_ordinary_tensors(monkeypatch, so
     which autograd then differentiates and in-place updates accept."""
     import warnings
 
-    import torchglm.solvers.api as api
+    from run_util import record_each_stage
 
-    modes = []
-    run_passes = api.run_passes
-
-    def spy(fitter, batches, limit):
-        modes.append(torch.is_inference_mode_enabled())
-        return run_passes(fitter, batches, limit)
-
-    monkeypatch.setattr(api, "run_passes", spy)
+    modes = record_each_stage(monkeypatch, torch.is_inference_mode_enabled)
     g = torch.Generator().manual_seed(0)
     x = torch.randn(120, 3, generator=g, dtype=torch.float64)
     y = (x[:, 0] + 0.5 * torch.randn(120, generator=g, dtype=torch.float64) > 0).double()

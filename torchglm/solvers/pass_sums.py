@@ -336,7 +336,7 @@ class PassSums:
         fused = not x.is_sparse and self.hessian_precision == "highest" and d >= FUSED_MIN_FEATURES
         # (A batch of one row chunk adds nothing there: no buffer, and none to spread in
         # :meth:`finish`, which cost a small pass two dozen operations adding zeros.)
-        fused = fused and x.shape[0] > products.chunk_rows(x, d + has_bias)  # (its chunks)
+        fused = fused and not self._one_chunk(x)
         if fused and self._fused is None:
             self._fused = torch.zeros(d, d + 1 + has_bias, dtype=self.theta.dtype, device=self.theta.device)
         if fused and add_hessian_and_gradient(self._fused, x, d2, r[:, 0]):
@@ -345,6 +345,11 @@ class PassSums:
             return
         self._add_gradient(x, r, d2)
         self._add_curvature(x, d2, None, False)
+
+    def _one_chunk(self, x: torch.Tensor) -> bool:
+        """Whether a dense batch's Hessian products over ``[x, 1]`` (one output) run as
+        one row chunk (:func:`.products.chunk_rows`)."""
+        return x.shape[0] <= products.chunk_rows(x, self.d + self.has_bias)
 
     def _spread_fused(self) -> None:
         """The pass's fused products (:meth:`_add_hessian_and_gradient`) into the Hessian's
@@ -402,7 +407,7 @@ class PassSums:
         batch, at most one chunk kept whatever the data's size. ``None`` elsewhere."""
         if not (self.has_bias and self.scalar and self._batches_seen == 1) or x.is_sparse:
             return None
-        if x.shape[0] > products.chunk_rows(x, self.d + 1):
+        if not self._one_chunk(x):
             return None
         return _kept(self.sparse_cache, x, "augmented", lambda: torch.cat([x, x.new_ones(x.shape[0], 1)], 1))
 

@@ -1,0 +1,100 @@
+"""One-column products of large dense batches through scipy's BLAS
+(:func:`torchglm.solvers.products.mv`, :func:`~torchglm.solvers.products.add_rt_v`):
+the same values as torch's products, OpenBLAS kept to torch's thread count, and fits
+that take the path land where torch's products take them."""
+
+import pytest
+import torch
+
+from torchglm.models import GeneralizedLinearModel
+from torchglm.solvers import fit, products
+
+pytestmark = [
+    pytest.mark.usefixtures("quiet_one_thread"),
+    pytest.mark.skipif(products._openblas() is None, reason="scipy's BLAS is not OpenBLAS here"),
+]
+
+
+@pytest.fixture
+def gemv_calls(monkeypatch):
+    """The dtypes of every scipy gemv call, with OpenBLAS's thread counts at that moment."""
+    calls = []
+    table, pools = products._openblas()
+    for dtype, real in list(table.items()):
+
+        def spy(*args, _real=real, _dtype=dtype, **kwargs):
+            calls.append((_dtype, [p.get_num_threads() for p in pools]))
+            return _real(*args, **kwargs)
+
+        monkeypatch.setitem(table, dtype, spy)
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_column_products_through_blas_equal_torch(dtype, gemv_calls):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3000, 100, generator=g, dtype=torch.float64).to(dtype)
+    w, r = torch.randn(100, generator=g, dtype=dtype), torch.randn(3000, generator=g, dtype=dtype)
+    b = torch.tensor([0.25], dtype=dtype)
+    assert products.gemv_applies(x)
+    eta = products.mv(x, w, b)
+    out = torch.ones(100, dtype=dtype)
+    products.add_rt_v(out, x, r)
+    tol = dict(rtol=1e-5, atol=1e-4) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-11)
+    torch.testing.assert_close(eta, x.double() @ w.double() + 0.25, check_dtype=False, **tol)
+    torch.testing.assert_close(out, 1 + x.double().T @ r.double(), check_dtype=False, **tol)
+    assert eta.dtype == out.dtype == dtype and [c[0] for c in gemv_calls] == [dtype, dtype]
+
+
+def test_small_narrow_strided_or_differentiable_batches_keep_torch_products(gemv_calls):
+    g = torch.Generator().manual_seed(1)
+    big = torch.randn(3000, 100, generator=g, dtype=torch.float64)
+    cases = [
+        big[:1000],  # under GEMV_MIN_ENTRIES
+        torch.randn(20_000, 20, generator=g, dtype=torch.float64),  # under GEMV_MIN_WIDTH
+        torch.randn(3000, 200, generator=g, dtype=torch.float64)[:, ::2],  # not contiguous
+        big.clone().requires_grad_(),
+        big.to(torch.bfloat16),
+    ]
+    for x in cases:
+        assert not products.gemv_applies(x)
+        w = torch.randn(x.shape[1], generator=g, dtype=torch.float64).to(x.dtype)
+        with torch.no_grad():
+            torch.testing.assert_close(products.mv(x, w), x @ w)
+    assert gemv_calls == []
+
+
+def _large_fit(solver, **options):
+    """A logistic fit whose batch runs in slabs (over 8 MB) of 2^18+ entries each."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(12_000, 100, generator=g, dtype=torch.float64)
+    y = (
+        torch.rand(12_000, generator=g, dtype=torch.float64) < torch.sigmoid(x[:, 0] - 0.5 * x[:, 1])
+    ).double()
+    model = GeneralizedLinearModel(100, "bernoulli", "logit", l2=1e-3, dtype=torch.float64)
+    result = fit(model, x, y, solver=solver, **options)
+    return result, model.flat_parameters()
+
+
+@pytest.mark.parametrize("solver", ["lbfgs", "newton-cg", "newton"])
+def test_a_large_dense_fit_through_blas_lands_where_torch_products_land(solver, gemv_calls, monkeypatch):
+    """L-BFGS's first-order slab passes, Newton-CG's Hessian-vector products and a
+    Newton pass's eta all take the scipy path (and OpenBLAS runs at torch's one
+    thread though it was set to two); the optimum is torch's products' to rounding."""
+    table, pools = products._openblas()
+    before = [p.get_num_threads() for p in pools]
+    for p in pools:
+        p.set_num_threads(2)
+    try:
+        result, theta = _large_fit(solver)
+        assert [p.get_num_threads() for p in pools] == [2] * len(pools)  # restored
+    finally:
+        for p, n in zip(pools, before):
+            p.set_num_threads(n)
+    assert result.converged and gemv_calls
+    assert all(threads == [1] * len(pools) for _, threads in gemv_calls)
+    monkeypatch.setattr(products, "GEMV_MIN_ENTRIES", 2**40)  # torch's products throughout
+    calls = len(gemv_calls)
+    reference, theta_torch = _large_fit(solver)
+    assert len(gemv_calls) == calls and reference.converged
+    torch.testing.assert_close(theta, theta_torch, rtol=1e-7, atol=1e-8)

@@ -98,3 +98,16 @@ def test_a_large_dense_fit_through_blas_lands_where_torch_products_land(solver, 
     reference, theta_torch = _large_fit(solver)
     assert len(gemv_calls) == calls and reference.converged
     torch.testing.assert_close(theta, theta_torch, rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_column_square_products_through_blas_equal_torch(dtype, gemv_calls):
+    """``h^T (x * x)`` (a Jacobi diagonal) over chunks that scipy's gemv takes."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(11_000, 100, generator=g, dtype=torch.float64).to(dtype)
+    h = torch.rand(11_000, 1, generator=g, dtype=torch.float64).to(dtype)
+    out = products.rt_x(h, x, square=True)
+    expected = (h.double().T @ (x.double() * x.double())).to(dtype)
+    tol = dict(rtol=1e-5, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-10)
+    torch.testing.assert_close(out, expected, **tol)
+    assert len(gemv_calls) >= 2 and {c[0] for c in gemv_calls} == {dtype}

@@ -96,11 +96,17 @@ def rt_x(r: torch.Tensor, x, square: bool = False) -> torch.Tensor:
     if not square:
         return r.T @ x
     n = x.shape[0]
-    rows = chunk_rows(x, x.shape[1])
+    # One column over chunks that :func:`add_rt_v` takes (a whole 1,046 x 500 slab of a
+    # float32 pass: 5 against 17 ms a pass over 50,000 rows, one thread).
+    one = r.shape[1] == 1 and gemv_applies(x)
+    rows = chunk_rows(x, x.shape[1], cpu_budget=2**19 if one else 2**16)
     out = torch.zeros(r.shape[1], x.shape[1], dtype=x.dtype, device=x.device)
     for i in range(0, n, rows):
         xc = x[i : i + rows]
-        out.addmm_(r[i : i + rows].T, xc * xc)
+        if one:
+            add_rt_v(out[0], xc * xc, r[i : i + rows, 0])
+        else:
+            out.addmm_(r[i : i + rows].T, xc * xc)
     return out
 
 

@@ -167,12 +167,12 @@ def _gemv(x):
 
 def mv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """``x w + b`` (n,) for a dense ``x`` (n, d), ``w`` (d,) and a scalar ``b`` (a
-    one-element tensor or ``None``). On a CPU, rows of at least
-    :data:`GEMV_MIN_WIDTH` features in float32/float64 run as OpenBLAS's gemv through
-    scipy (torch's MKL gemv reads ``x`` at about half the memory bandwidth: one thread,
-    a 1,046 x 500 slab pass ``x w`` then ``x^T r`` over 50,000 rows took 8.9 against
-    12.1 ms in float32, 15.6 against 18.5 ms in float64; two threads 5.6 against 12.1 ms,
-    torch's gemv running on one); elsewhere torch's ``addmv``."""
+    one-element tensor or ``None``). On a CPU, a batch :func:`gemv_applies` to runs as
+    OpenBLAS's gemv through scipy (on this project's AMD EPYC machine, slabs of 1,046 x
+    500, ``x w`` then ``x^T r`` over 50,000 rows: one thread 8.9 against 12.1 ms through
+    torch's MKL gemv in float32, 15.6 against 18.5 ms in float64; two threads 5.6 against
+    12.1 ms, torch's gemv running on one; a plain sum of ``x`` took 3.3 ms, so neither
+    reads at the memory's bandwidth); elsewhere torch's ``addmv``."""
     gemv = _gemv(x) if w.dtype == x.dtype and not w.requires_grad else None
     if gemv is None:
         return x @ w if b is None else torch.addmv(b.to(x.dtype).reshape(()).expand(x.shape[0]), x, w)

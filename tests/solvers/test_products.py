@@ -79,8 +79,8 @@ def _large_fit(solver, **options):
 @pytest.mark.parametrize("solver", ["lbfgs", "newton-cg", "newton"])
 def test_a_large_dense_fit_through_blas_lands_where_torch_products_land(solver, gemv_calls, monkeypatch):
     """L-BFGS's first-order slab passes, Newton-CG's Hessian-vector products and a
-    Newton pass's eta all take the scipy path (and OpenBLAS runs at torch's one
-    thread though it was set to two); the optimum is torch's products' to rounding."""
+    Newton pass's eta all take the scipy path (and OpenBLAS runs on one thread though
+    it was set to two); the optimum is torch's products' to rounding."""
     table, pools = products._openblas()
     before = [p.get_num_threads() for p in pools]
     for p in pools:
@@ -111,3 +111,23 @@ def test_one_column_square_products_through_blas_equal_torch(dtype, gemv_calls):
     tol = dict(rtol=1e-5, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-10)
     torch.testing.assert_close(out, expected, **tol)
     assert len(gemv_calls) >= 2 and {c[0] for c in gemv_calls} == {dtype}
+
+
+def test_openblas_runs_on_one_thread_while_torch_has_two():
+    """The pass's gemv keeps to one OpenBLAS thread whatever torch's count and the
+    pool's own; a batch scipy's BLAS does not take sets nothing."""
+    _, pools = products._openblas()
+    before_blas, before_torch = [p.get_num_threads() for p in pools], torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        for p in pools:
+            p.set_num_threads(2)
+        with products.blas_threads(torch.zeros(3000, 100)):
+            assert [p.get_num_threads() for p in pools] == [1] * len(pools)
+        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
+        with products.blas_threads(torch.zeros(3000, 10)):  # too narrow: torch's products
+            assert [p.get_num_threads() for p in pools] == [2] * len(pools)
+    finally:
+        torch.set_num_threads(before_torch)
+        for p, n in zip(pools, before_blas):
+            p.set_num_threads(n)

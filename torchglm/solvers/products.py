@@ -192,13 +192,14 @@ def add_rt_v(out: torch.Tensor, x: torch.Tensor, r: torch.Tensor) -> None:
 
 @contextmanager
 def blas_threads(x):
-    """OpenBLAS's threads set to torch's intra-op threads (:mod:`torchglm.threads`)
-    while a batch ``x`` whose products :func:`mv` takes (:func:`gemv_applies`, its
-    slabs of :func:`fused_rows` too) is added or multiplied, and restored after:
-    OpenBLAS starts with one thread per core, and a fit told to use one thread keeps to
-    one. Nothing is set for any other batch."""
+    """OpenBLAS kept to one thread while a batch ``x`` whose products :func:`mv` takes
+    (:func:`gemv_applies`, its slabs of :func:`fused_rows` too) is added or multiplied,
+    and restored after; nothing is set for any other batch. OpenBLAS starts with one
+    thread per core, and its pool would run beside torch's (:mod:`torchglm.threads`
+    sizes torch's only); its gemv runs on one thread, as torch's MKL gemv does, and the
+    pass's other operations keep torch's threads."""
     pools = _openblas()[1] if gemv_applies(x) else ()
-    want = torch.get_num_threads()
+    want = 1
     before = [pool.get_num_threads() for pool in pools]
     for pool, n in zip(pools, before):
         if n != want:

@@ -185,6 +185,32 @@ def test_a_small_batch_keeps_its_transpose_and_squares_between_newton_cg_passes(
     assert torch.equal(written.hvp(v), one_pass(None).hvp(v))
 
 
+def test_the_kept_squares_of_many_batches_stay_within_the_budget(monkeypatch):
+    """``x * x`` is kept for the batches of a pass up to ``HVP_TRANSPOSED_MAX`` entries in
+    all (the first ones), so a large design in many small batches is not copied whole;
+    the diagonal equals a pass that keeps none."""
+    from torchglm.solvers import pass_sums
+
+    monkeypatch.setattr(pass_sums, "HVP_TRANSPOSED_MAX", 1000)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(300, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (300,), generator=g)
+    model = GeneralizedLinearModel(6, "categorical", "softmax", n_classes=3, l2=1e-2, dtype=torch.float64)
+    theta = 0.1 * torch.randn(3 * 7, generator=g, dtype=torch.float64)
+
+    def one_pass(cache):
+        s = PassSums(model, theta, "hvp", sparse_cache=cache)
+        for b in TensorBatches(x, y, batch_size=100):  # 600 entries a batch
+            s.add(b)
+        return s.finish()
+
+    cache = {}
+    kept = one_pass(cache)
+    squares = [e["value"] for k, e in cache.items() if k[0] == "squared"]
+    assert len(squares) == 1 and torch.equal(squares[0], x[:100] * x[:100])
+    assert torch.allclose(kept.diag, one_pass(None).diag, rtol=1e-14, atol=0)
+
+
 def _separating_pass(y: torch.Tensor, batches: int, w: float = 50.0) -> PassSums:
     """A logistic pass at ``w e_0`` over ``x_0`` in [-1, 1], rows in order of ``|x_0|``
     (the first batches the least certain): at ``w = 50`` the samples with

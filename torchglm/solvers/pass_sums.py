@@ -174,6 +174,7 @@ class PassSums:
         self._fused: torch.Tensor | None = None  # x^T [h x, r, h] (:meth:`_add_hessian_and_gradient`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
+        self._squares_entries = 0  # entries of the batches' kept x * x (:meth:`_squares_kept`)
         self._hvp_penalty: torch.Tensor | None = None
         self._model = model
         # The (d1, h) of the batches whose sum of d1^2 / h waits to be asked for
@@ -644,14 +645,18 @@ class PassSums:
     def _squares_kept(self, x) -> bool:
         """Whether a batch's ``x * x`` (Jacobi's diagonal, :meth:`_add_diag`) is kept
         between passes: dense, on a CPU, kept in a cache, and within
-        :data:`HVP_TRANSPOSED_MAX` entries (a small design; a large one's squares are
-        summed over row chunks, never formed whole)."""
-        return (
-            self.sparse_cache is not None
-            and not x.is_sparse
-            and x.device.type == "cpu"
-            and x.numel() <= HVP_TRANSPOSED_MAX
-        )
+        :data:`HVP_TRANSPOSED_MAX` entries with the squares the pass already keeps (a
+        small design; a large one's, or many batches', are summed over row chunks,
+        never formed whole)."""
+        if (
+            self.sparse_cache is None
+            or x.is_sparse
+            or x.device.type != "cpu"
+            or self._squares_entries + x.numel() > HVP_TRANSPOSED_MAX
+        ):
+            return False
+        self._squares_entries += x.numel()
+        return True
 
     def _xt_fits(self, x) -> bool:
         """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within

@@ -158,14 +158,18 @@ def test_sparse_fit_keeps_its_transposes_for_the_fit():
     torch.testing.assert_close(m.coef, md.coef, rtol=1e-8, atol=1e-9)
 
 
-@pytest.mark.parametrize("square", [False, True])
+@pytest.mark.parametrize("square", [False, "kept", "blocks"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_products_back_onto_sparse_rows_equal_dense(square, dtype):
+def test_products_back_onto_sparse_rows_equal_dense(square, dtype, monkeypatch):
     """``r^T x`` and ``r^T (x * x)`` through scipy's view (CPU) and through the kept
-    transpose (the path off the CPU) equal the dense products, over several row blocks
-    of the squared product."""
+    transpose (the path off the CPU) equal the dense products: the squared values of a
+    small batch made once and kept with its entry (the same array in the next product),
+    those of a larger one over several row blocks, never kept."""
+    from torchglm.solvers import sparse_rows
     from torchglm.solvers.sparse_rows import SparseRows
 
+    if square == "blocks":
+        monkeypatch.setattr(sparse_rows, "SQUARES_KEPT_MAX", 1_000_000)
     g = torch.Generator().manual_seed(6)
     dense = torch.randn(3000, 700, generator=g, dtype=dtype)
     dense[torch.rand(3000, 700, generator=g) < 0.4] = 0  # 1.26M stored: two row blocks
@@ -173,8 +177,13 @@ def test_products_back_onto_sparse_rows_equal_dense(square, dtype):
     want = r.T @ (dense * dense if square else dense)
     rows = SparseRows.of(dense.to_sparse_csr(), {}, dtype)
     tol = dict(rtol=1e-5, atol=1e-3) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-10)
-    torch.testing.assert_close(rows.rt(r, square), want, **tol)
-    torch.testing.assert_close((rows.transposed(square) @ r).T, want, **tol)
+    torch.testing.assert_close(rows.rt(r, bool(square)), want, **tol)
+    assert ("scipy_square" in rows.entry) == (square == "kept")
+    if square == "kept":
+        kept = rows.entry["scipy_square"]
+        torch.testing.assert_close(rows.rt(2 * r, True), 2 * want, **tol)
+        assert rows.entry["scipy_square"] is kept
+    torch.testing.assert_close((rows.transposed(bool(square)) @ r).T, want, **tol)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])

@@ -120,3 +120,51 @@ def test_jacobi_must_be_a_bool():
 
     with pytest.raises(InputError, match="jacobi"):
         make_fitter(_model(3, 2, 0.0), "lbfgs", jacobi="yes")
+
+
+def test_the_two_loop_recursion_updates_one_copy_in_place():
+    """``LBFGSFitter.two_loop`` equals the textbook recursion (Nocedal & Wright,
+    Algorithm 7.4) bit for bit, leaves its argument as it is, and makes two
+    parameter-length vectors, its copy and one buffer for the updates' terms: every
+    pair's update runs in place (two fresh vectors per update cost the 20-class TF-IDF
+    fit, 1.9 million parameters, 4 of its 9.5 s)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    g = torch.Generator().manual_seed(3)
+    p = 257
+    fitter = make_fitter(LogisticRegression(p - 1, dtype=torch.float64), "lbfgs")
+    pairs = []
+    for _ in range(4):
+        s = torch.randn(p, generator=g, dtype=torch.float64)
+        y = s + 0.1 * torch.randn(p, generator=g, dtype=torch.float64)
+        pairs.append((s, y, 1.0 / (s @ y)))
+    fitter.pairs = pairs
+    h0 = torch.rand(p, generator=g, dtype=torch.float64) + 0.5
+    q = torch.randn(p, generator=g, dtype=torch.float64)
+    before = q.clone()
+    expected, alphas = q.clone(), []
+    for s, y, rho in reversed(pairs):
+        alphas.append(rho * (s @ expected))
+        expected = expected - alphas[-1] * y
+    expected = expected * h0
+    for (s, y, rho), a in zip(pairs, reversed(alphas)):
+        expected = expected + (a - rho * (y @ expected)) * s
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        out = fitter.two_loop(q, h0)
+    assert torch.equal(q, before)
+    assert torch.equal(out, expected)
+    # The operations that produce a parameter-length vector: the copy and the buffer.
+    in_place = {
+        "aten::sub_",
+        "aten::add_",
+        "aten::mul_",
+        "aten::mul",
+        "aten::dot",
+        "aten::matmul",
+        "aten::copy_",
+    }
+    top = [e for e in prof.events() if e.cpu_parent is None]
+    made = [e.name for e in top if [p] in e.input_shapes and e.name not in in_place]
+    assert made == ["aten::clone", "aten::empty_like"]
+    # every multiplication writes into that buffer (its ``out``): three inputs
+    assert all(len(e.input_shapes) == 3 for e in top if e.name == "aten::mul" and [p] in e.input_shapes)

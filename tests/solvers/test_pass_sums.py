@@ -147,6 +147,70 @@ def test_a_small_batch_keeps_its_augmented_design_for_the_same_hessian():
     assert torch.equal(one_pass(cache).hess, one_pass(None).hess)
 
 
+def test_a_small_batch_keeps_its_transpose_and_squares_between_newton_cg_passes():
+    """A ``"hvp"`` pass over a small dense batch keeps ``x^T`` (its Hessian-vector
+    products) and ``x * x`` (Jacobi's diagonal) in the design cache: the next pass over
+    the same batch reuses both, also after a pass that took no product (a rejected
+    trial); the products and the diagonal equal a pass that makes them afresh; a design
+    written in place gets new ones."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(300, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 4, (300,), generator=g)
+    model = GeneralizedLinearModel(6, "categorical", "softmax", n_classes=4, l2=1e-2, dtype=torch.float64)
+    theta = 0.1 * torch.randn(4 * 7, generator=g, dtype=torch.float64)
+    v = torch.randn(4 * 7, generator=g, dtype=torch.float64)
+
+    def one_pass(cache):
+        if cache is not None:
+            SparseRows.evict_unseen(cache)  # as every fitter's pass begins
+        s = PassSums(model, theta, "hvp", sparse_cache=cache)
+        for b in TensorBatches(x, y):
+            s.add(b)
+        return s.finish()
+
+    fresh = one_pass(None)
+    cache = {}
+    first = one_pass(cache)
+    one_pass(cache)  # no product taken
+    again = one_pass(cache)
+    assert again._xt[0] is first._xt[0]
+    assert torch.equal(first._xt[0], x.T)
+    squares = [e["value"] for k, e in cache.items() if k[0] == "squared"]
+    assert len(squares) == 1 and torch.equal(squares[0], x * x)
+    assert torch.equal(again.hvp(v), fresh.hvp(v))
+    assert torch.allclose(again.diag, fresh.diag, rtol=1e-14, atol=0)
+    x[:3, 0] += 1.0  # in place: the kept copies are stale
+    written = one_pass(cache)
+    assert written._xt[0] is not first._xt[0] and torch.equal(written._xt[0], x.T)
+    assert torch.equal(written.hvp(v), one_pass(None).hvp(v))
+
+
+def test_the_kept_squares_of_many_batches_stay_within_the_budget(monkeypatch):
+    """``x * x`` is kept for the batches of a pass up to ``HVP_TRANSPOSED_MAX`` entries in
+    all (the first ones), so a large design in many small batches is not copied whole;
+    the diagonal equals a pass that keeps none."""
+    from torchglm.solvers import pass_sums
+
+    monkeypatch.setattr(pass_sums, "HVP_TRANSPOSED_MAX", 1000)
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(300, 6, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 3, (300,), generator=g)
+    model = GeneralizedLinearModel(6, "categorical", "softmax", n_classes=3, l2=1e-2, dtype=torch.float64)
+    theta = 0.1 * torch.randn(3 * 7, generator=g, dtype=torch.float64)
+
+    def one_pass(cache):
+        s = PassSums(model, theta, "hvp", sparse_cache=cache)
+        for b in TensorBatches(x, y, batch_size=100):  # 600 entries a batch
+            s.add(b)
+        return s.finish()
+
+    cache = {}
+    kept = one_pass(cache)
+    squares = [e["value"] for k, e in cache.items() if k[0] == "squared"]
+    assert len(squares) == 1 and torch.equal(squares[0], x[:100] * x[:100])
+    assert torch.allclose(kept.diag, one_pass(None).diag, rtol=1e-14, atol=0)
+
+
 def _separating_pass(y: torch.Tensor, batches: int, w: float = 50.0) -> PassSums:
     """A logistic pass at ``w e_0`` over ``x_0`` in [-1, 1], rows in order of ``|x_0|``
     (the first batches the least certain): at ``w = 50`` the samples with

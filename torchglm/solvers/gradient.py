@@ -320,22 +320,31 @@ class LBFGSFitter(StepFitter):
             h0 = (sv @ yv) / (yv @ yv)
         else:
             h0 = (sv @ yv) / (yv @ (metric * yv)) * metric
-        q = self.two_loop(s.grad.clone(), h0)
+        q = self.two_loop(s.grad, h0)
         # g^T H~ g: the Newton decrement with the L-BFGS inverse-Hessian approximation.
         return -q, float(s.grad @ q)
 
     def two_loop(self, q: torch.Tensor, h0) -> torch.Tensor:
         """``H~ q``: the two-loop recursion over the stored pairs from ``H~0 = h0``
-        (a scalar or a diagonal as a vector)."""
+        (a scalar or a diagonal as a vector), into a new vector (``q`` is left as it is).
+
+        Every pair's update runs in place on one copy of ``q``, its term written into
+        one reused buffer (the same roundings as ``q - a y``; the coefficients stay
+        0-dim tensors: no host read, on any device). With two fresh vectors per update,
+        the 20-class TF-IDF fit (11,000 x 94,000, 1.9 million parameters, 10 pairs)
+        spent 4.0 of its 9.5 s in this recursion (one thread), a pass costing about
+        40 ms."""
+        q = q.clone()
+        term = torch.empty_like(q)
         alphas = []
         for sv, yv, rho in reversed(self.pairs):
             a = rho * (sv @ q)
-            q = q - a * yv
+            q.sub_(torch.mul(yv, a, out=term))
             alphas.append(a)
-        q = q * h0
+        q.mul_(h0)
         for (sv, yv, rho), a in zip(self.pairs, reversed(alphas)):
             b = rho * (yv @ q)
-            q = q + (a - b) * sv
+            q.add_(torch.mul(sv, a - b, out=term))
         return q
 
     def cg_preconditioner(self, s: PassSums):

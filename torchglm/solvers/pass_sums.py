@@ -174,6 +174,7 @@ class PassSums:
         self._fused: torch.Tensor | None = None  # x^T [h x, r, h] (:meth:`_add_hessian_and_gradient`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
         self._xt_kept = 0  # their entries
+        self._squares_entries = 0  # entries of the batches' kept x * x (:meth:`_squares_kept`)
         self._hvp_penalty: torch.Tensor | None = None
         self._model = model
         # The (d1, h) of the batches whose sum of d1^2 / h waits to be asked for
@@ -441,6 +442,7 @@ class PassSums:
                 self._add_diag(x, curv)
             if self.curvature == "hvp":
                 self.stored.append((x, curv))
+                self._keep_xt(x)
 
     def _add_sketched_hessian(self, x, eta, y, s) -> None:
         """The Hessian summed over every ``r``-th row of a dense batch, times the rows per
@@ -505,7 +507,13 @@ class PassSums:
     def _add_diag(self, x, curv: Curvature):
         m, d = self.m, self.d
         h = curv.diagonal()  # (n, m)
-        self.diag[: m * d].add_(products.rt_x(h, x, square=True).reshape(-1))
+        if self._squares_kept(x):
+            # ``x * x`` of a small dense batch, kept between passes (:func:`_kept`): made
+            # afresh it cost each pass of digits (1,797 x 64) 0.15 ms in two row chunks.
+            x2 = _kept(self.sparse_cache, x, "squared", lambda: x * x)
+            self.diag[: m * d].add_(products.rt_x(h, x2).reshape(-1))
+        else:
+            self.diag[: m * d].add_(products.rt_x(h, x, square=True).reshape(-1))
         if self.has_bias:
             self.diag[m * d :].add_(h.sum(0))
 
@@ -630,19 +638,26 @@ class PassSums:
             if bias_out is not None:
                 bias_out += bias
 
+    def _keep_xt(self, x) -> None:
+        """Keep ``x^T`` of the batch just stored, contiguous, where it is small and dense
+        (:meth:`_xt_fits`): ``V x^T`` with ``x^T`` (m, d) @ (d, n) ran 1.9x faster than
+        ``x V^T`` (n, d) @ (d, m) for m = 10 (MKL, one thread, 1,797 x 64: 171 against
+        328 us), and a Newton-CG fit makes hundreds of them; a large batch is not copied
+        (its products are memory-bound), nor one on an accelerator. The copy is kept in
+        the design cache between passes (:func:`_kept`), looked up by every pass that
+        stores the batch (a pass that then takes no product, a rejected trial, keeps it
+        too): torch's transposing copy took 0.5 ms at 1,797 x 64, as long as two
+        products, and digits' 21 Newton-CG passes made it afresh 21 times (8% of the
+        fit)."""
+        if self._xt_fits(x):
+            self._xt[len(self.stored) - 1] = _kept(
+                self.sparse_cache, x, "transposed", lambda: x.T.contiguous()
+            )
+
     def _kept_xt(self, i: int) -> torch.Tensor | None:
-        """``x^T`` of the ``i``-th stored batch, kept contiguous from its first product
-        on where it is small and dense (:meth:`_xt_fits`): ``V x^T`` with ``x^T``
-        (m, d) @ (d, n) ran 1.9x faster than ``x V^T`` (n, d) @ (d, m) for m = 10
-        (MKL, one thread, 1,797 x 64: 171 against 328 us), and a Newton-CG fit makes
-        hundreds of them; a large batch is not copied (its products are memory-bound),
-        nor one on an accelerator. ``None`` where none is kept."""
-        xt = self._xt.get(i)
-        if xt is None:
-            x = self.stored[i][0]
-            if self._xt_fits(x):
-                xt = self._xt[i] = x.T.contiguous()
-        return xt
+        """``x^T`` of the ``i``-th stored batch (:meth:`_keep_xt`), or ``None`` where none
+        is kept."""
+        return self._xt.get(i)
 
     @staticmethod
     def _eta_change(x, V: torch.Tensor, c: torch.Tensor | None) -> torch.Tensor:
@@ -652,6 +667,22 @@ class PassSums:
             u = x @ V.T
             return u if c is None else u + c
         return torch.addmm(c, x, V.T)
+
+    def _squares_kept(self, x) -> bool:
+        """Whether a batch's ``x * x`` (Jacobi's diagonal, :meth:`_add_diag`) is kept
+        between passes: dense, on a CPU, kept in a cache, and within
+        :data:`HVP_TRANSPOSED_MAX` entries with the squares the pass already keeps (a
+        small design; a large one's, or many batches', are summed over row chunks,
+        never formed whole)."""
+        if (
+            self.sparse_cache is None
+            or x.is_sparse
+            or x.device.type != "cpu"
+            or self._squares_entries + x.numel() > HVP_TRANSPOSED_MAX
+        ):
+            return False
+        self._squares_entries += x.numel()
+        return True
 
     def _xt_fits(self, x) -> bool:
         """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within

@@ -211,23 +211,29 @@ class PassSums:
             x = SparseRows.of(batch.x, self.sparse_cache, self.theta.dtype)
         else:
             x = batch.x.to(self.theta.dtype)
+        if self.scalar and products.gemv_applies(x):
+            with products.blas_threads(x):
+                return self._add_batch(x, batch)
+        return self._add_batch(x, batch)
+
+    def _add_batch(self, x, batch: Batch) -> None:
+        """:meth:`add` for a batch in the pass's dtype (a sparse one as :class:`SparseRows`)."""
         rows = products.fused_rows(x, self.m)
-        with products.blas_threads(x if self.scalar else None):
-            if rows is None:
-                return self._add(x, batch.y, batch.offset, batch.weight)
-            if self.curvature is None and self.scalar:
-                return self._add_first_order(x, batch.y, batch.offset, batch.weight, rows)
-            # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
-            # x (gradient, diagonal, kept curvature for hvp) then read each slab from
-            # cache, not the whole design twice from memory.
-            for i in range(0, x.shape[0], rows):
-                j = i + rows
-                self._add(
-                    x[i:j],
-                    batch.y[i:j],
-                    None if batch.offset is None else batch.offset[i:j],
-                    None if batch.weight is None else batch.weight[i:j],
-                )
+        if rows is None:
+            return self._add(x, batch.y, batch.offset, batch.weight)
+        if self.curvature is None and self.scalar:
+            return self._add_first_order(x, batch.y, batch.offset, batch.weight, rows)
+        # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
+        # x (gradient, diagonal, kept curvature for hvp) then read each slab from cache,
+        # not the whole design twice from memory.
+        for i in range(0, x.shape[0], rows):
+            j = i + rows
+            self._add(
+                x[i:j],
+                batch.y[i:j],
+                None if batch.offset is None else batch.offset[i:j],
+                None if batch.weight is None else batch.weight[i:j],
+            )
         return None
 
     def _add_first_order(self, x, y, offset, s, rows: int) -> None:
@@ -607,8 +613,12 @@ class PassSums:
         c = v[m * d :] if self.has_bias else None
         out = torch.zeros_like(v)
         W = out[: m * d].view(m, d)
-        with products.blas_threads(self.stored[0][0] if m == 1 and self.stored else None):
-            self._hvp_batches(V, c, W, out[m * d :] if c is not None else None)
+        bias_out = out[m * d :] if c is not None else None
+        if m == 1 and self.stored and products.gemv_applies(self.stored[0][0]):
+            with products.blas_threads(self.stored[0][0]):
+                self._hvp_batches(V, c, W, bias_out)
+        else:
+            self._hvp_batches(V, c, W, bias_out)
         all_reduce_sum(out)
         if self._hvp_penalty is None:
             self._hvp_penalty = self.penalty.curvature(self.mask)

@@ -151,11 +151,11 @@ def _gemv(x):
     entries outside autograd, else ``None``."""
     if (
         not isinstance(x, torch.Tensor)
+        or x.numel() < GEMV_MIN_ENTRIES  # first: a small fit's batches stop here
         or x.layout != torch.strided
         or x.device.type != "cpu"
         or x.dim() != 2
         or x.shape[1] < GEMV_MIN_WIDTH
-        or x.numel() < GEMV_MIN_ENTRIES
         or x.dtype not in (torch.float32, torch.float64)
         or x.requires_grad
         or not x.is_contiguous()

@@ -9,11 +9,15 @@ the least of ``--repeats`` runs:
   full Hessian;
 * their parts summed over the pass's slabs: ``eta = X w`` (reads ``X``), the family's
   derivatives (order 1 and 2), ``r^T X`` and the chunked Hessian product ``X^T [h X]``;
+  ``eta`` and ``r^T X`` also as the pass runs them on rows of 64+ features, OpenBLAS's
+  gemv through scipy (:func:`torchglm.solvers.products.mv`, ``add_rt_v``; ``None`` where
+  the pass keeps torch's products);
 * the floor: reading ``X`` once (``X.sum()``, its bytes over that time is the bandwidth)
   and ``2 n d~^2`` flops at the chunked product's rate in cache.
 
     OMP_NUM_THREADS=1 python bench/pass_parts.py            # writes bench/results/pass_parts.json
     OMP_NUM_THREADS=1 python bench/pass_parts.py --problems probit --repeats 10
+    OMP_NUM_THREADS=1 python bench/pass_parts.py --problems 50k --out bench/results/pass_parts_50k.json
 """
 
 from __future__ import annotations
@@ -48,6 +52,18 @@ def least(fn, repeats):
         fn()
         best = min(best, time.process_time() - c)
     return best
+
+
+def gemv_parts(slabs, w, b, rs, repeats) -> dict:
+    """``eta`` and ``r^T X`` over the slabs through scipy's gemv, as a pass runs them
+    (OpenBLAS on one thread), or ``None`` each where the pass keeps torch's."""
+    if not products.gemv_applies(slabs[0][0]):
+        return dict(eta_gemv_s=None, gradient_gemv_s=None)
+    g = torch.zeros_like(w)
+    with products.blas_threads(slabs[0][0]):
+        eta = least(lambda: [products.mv(xs, w, b) for xs, _ in slabs], repeats)
+        grad = least(lambda: [products.add_rt_v(g, xs, r[:, 0]) for r, (xs, _) in zip(rs, slabs)], repeats)
+    return dict(eta_gemv_s=eta, gradient_gemv_s=grad)
 
 
 def problem(name, dtype, repeats):
@@ -104,6 +120,7 @@ def problem(name, dtype, repeats):
         ),
         gradient_product_s=least(lambda: [r.T @ xs for r, (xs, _) in zip(rs, slabs)], repeats),
         hessian_products_s=least(hessian_products, repeats),
+        **gemv_parts(slabs, w[0], b, rs, repeats),
     )
     read = least(lambda: x.sum(), repeats)
     xc = x[:crow]
@@ -118,7 +135,7 @@ def problem(name, dtype, repeats):
     )
     passes = dict(
         first_order_s=least(one_pass(None), repeats),
-        sketched_hessian_s=least(one_pass("full", STRIDES[spec["kind"]]), repeats),
+        sketched_hessian_s=least(one_pass("full", STRIDES.get(spec["kind"], 1)), repeats),
         full_hessian_s=least(one_pass("full"), repeats),
     )
     return dict(n=n, d=d, dtype=str(dtype), slab_rows=rows, passes=passes, parts=parts, floor=floor)
@@ -136,7 +153,9 @@ def main():
         for dtype in (torch.float32, torch.float64):
             rec = problem(name, dtype, args.repeats)
             out["problems"][f"{name} {dtype}"] = rec
-            ms = {k: round(v * 1e3, 2) for k, v in {**rec["passes"], **rec["parts"]}.items()}
+            ms = {
+                k: v if v is None else round(v * 1e3, 2) for k, v in {**rec["passes"], **rec["parts"]}.items()
+            }
             fl = rec["floor"]
             print(
                 f"{name} {dtype}: {ms}  floor: read X {fl['read_x_s'] * 1e3:.2f} ms "

@@ -168,11 +168,11 @@ def _gemv(x):
 def mv(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:
     """``x w + b`` (n,) for a dense ``x`` (n, d), ``w`` (d,) and a scalar ``b`` (a
     one-element tensor or ``None``). On a CPU, a batch :func:`gemv_applies` to runs as
-    OpenBLAS's gemv through scipy (on this project's AMD EPYC machine, slabs of 1,046 x
-    500, ``x w`` then ``x^T r`` over 50,000 rows: one thread 8.9 against 12.1 ms through
-    torch's MKL gemv in float32, 15.6 against 18.5 ms in float64; two threads 5.6 against
-    12.1 ms, torch's gemv running on one; a plain sum of ``x`` took 3.3 ms, so neither
-    reads at the memory's bandwidth); elsewhere torch's ``addmv``."""
+    OpenBLAS's gemv through scipy (on this project's AMD EPYC machine, one thread,
+    ``bench/pass_parts.py --problems 50k``: ``x w`` over a 50,000 x 500 pass's slabs 8.8
+    against 11.6 ms through torch's MKL gemv in float32, 11.9 against 13.8 ms in float64;
+    ``x.sum()`` 3.8 ms, so neither reads at the memory's bandwidth); elsewhere torch's
+    ``addmv``."""
     gemv = _gemv(x) if w.dtype == x.dtype and not w.requires_grad else None
     if gemv is None:
         return x @ w if b is None else torch.addmv(b.to(x.dtype).reshape(()).expand(x.shape[0]), x, w)

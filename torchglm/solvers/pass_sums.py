@@ -173,8 +173,8 @@ class PassSums:
         self._sketch_rows: list[tuple] = []  # (x, eta, y, weight) (:meth:`_add_sketch`)
         self._fused: torch.Tensor | None = None  # x^T [h x, r, h] (:meth:`_add_hessian_and_gradient`)
         self._xt: dict[int, torch.Tensor] = {}  # x^T of small stored batches (:meth:`_kept_xt`)
-        self._xt_kept = 0  # their entries
-        self._squares_entries = 0  # entries of the batches' kept x * x (:meth:`_squares_kept`)
+        # entries of the small batches' kept x^T and x * x (:meth:`_keeps`)
+        self._kept_entries = {"transposed": 0, "squared": 0}
         self._hvp_penalty: torch.Tensor | None = None
         self._model = model
         # The (d1, h) of the batches whose sum of d1^2 / h waits to be asked for
@@ -680,27 +680,22 @@ class PassSums:
 
     def _squares_kept(self, x) -> bool:
         """Whether a batch's ``x * x`` (Jacobi's diagonal, :meth:`_add_diag`) is kept
-        between passes: dense, on a CPU, kept in a cache, and within
-        :data:`HVP_TRANSPOSED_MAX` entries with the squares the pass already keeps (a
-        small design; a large one's, or many batches', are summed over row chunks,
-        never formed whole)."""
-        if (
-            self.sparse_cache is None
-            or x.is_sparse
-            or x.device.type != "cpu"
-            or self._squares_entries + x.numel() > HVP_TRANSPOSED_MAX
-        ):
-            return False
-        self._squares_entries += x.numel()
-        return True
+        between passes (:meth:`_keeps`; a large design's, or many batches', are summed
+        over row chunks, never formed whole)."""
+        return self.sparse_cache is not None and self._keeps(x, "squared")
 
     def _xt_fits(self, x) -> bool:
-        """Whether a stored batch gets a kept ``x^T``: dense, on a CPU, and within
-        :data:`HVP_TRANSPOSED_MAX` entries with the ones already kept (many small batches
+        """Whether a stored batch gets a kept ``x^T`` (:meth:`_keeps`; many small batches
         of a large design are not copied whole)."""
-        if x.is_sparse or x.device.type != "cpu" or self._xt_kept + x.numel() > HVP_TRANSPOSED_MAX:
+        return self._keeps(x, "transposed")
+
+    def _keeps(self, x, kind: str) -> bool:
+        """Whether the pass keeps a copy of ``kind`` (``"transposed"`` or ``"squared"``)
+        of the batch ``x``: dense, on a CPU, and within :data:`HVP_TRANSPOSED_MAX`
+        entries with the copies of that kind it already keeps (counted here)."""
+        if x.is_sparse or x.device.type != "cpu" or self._kept_entries[kind] + x.numel() > HVP_TRANSPOSED_MAX:
             return False
-        self._xt_kept += x.numel()
+        self._kept_entries[kind] += x.numel()
         return True
 
     # -- sums of the stored curvature, on demand (a Newton-CG certificate) ---------------

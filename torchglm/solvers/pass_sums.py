@@ -192,9 +192,9 @@ class PassSums:
         return penalty_mask(self._model, dtype=self.theta.dtype, device=self.theta.device)
 
     def eta(self, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
-        """The batch's linear predictor (:func:`~torchglm.passes.linear_predictor`); one
-        output's over a dense batch that :func:`.products.gemv_applies` to as that
-        product (:func:`.products.mv`)."""
+        """The batch's linear predictor (:func:`~torchglm.passes.linear_predictor`); for
+        one output over a dense batch that :func:`.products.gemv_applies` to, through
+        :func:`.products.mv`."""
         # One value of the offset per sample, added to every output's eta, in the
         # pass's dtype (a float32 batch's offset under a float64 fit).
         offset = None if offset is None else offset.to(self.theta.dtype)

@@ -18,6 +18,7 @@ from .sparse_rows import SparseRows
 __all__ = [
     "HESSIAN_PRECISIONS",
     "ACCELERATOR_CHUNK",
+    "GEMV_MIN_ENTRIES",
     "GEMV_MIN_WIDTH",
     "add_product",
     "add_rt_v",
@@ -199,14 +200,11 @@ def blas_threads(x):
     sizes torch's only); its gemv runs on one thread, as torch's MKL gemv does, and the
     pass's other operations keep torch's threads."""
     pools = _openblas()[1] if gemv_applies(x) else ()
-    want = 1
-    before = [pool.get_num_threads() for pool in pools]
-    for pool, n in zip(pools, before):
-        if n != want:
-            pool.set_num_threads(want)
+    changed = [(pool, n) for pool in pools if (n := pool.get_num_threads()) != 1]
+    for pool, _ in changed:
+        pool.set_num_threads(1)
     try:
         yield
     finally:
-        for pool, n in zip(pools, before):
-            if n != want:
-                pool.set_num_threads(n)
+        for pool, n in changed:
+            pool.set_num_threads(n)

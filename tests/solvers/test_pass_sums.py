@@ -470,14 +470,19 @@ def test_a_rank_without_saturated_samples_still_counts_its_unseparated_ones():
     [("bernoulli", "logit"), ("bernoulli", "probit"), ("poisson", "log"), ("gamma", "inverse")],
 )
 @pytest.mark.parametrize("weighted", [False, True])
-def test_a_large_first_order_pass_sums_what_small_batches_sum(family, link, weighted):
+@pytest.mark.parametrize("whole", [True, False])
+def test_a_large_first_order_pass_sums_what_small_batches_sum(family, link, weighted, whole, monkeypatch):
     """A dense batch large enough for slabs (:func:`~torchglm.solvers.products.fused_rows`)
-    takes the first-order pass's own path (:meth:`PassSums._add_first_order`): its loss,
-    gradient and counts (invalid, saturated, separated, rows, offsets, targets) equal
-    those of the same rows in batches small enough for one piece each, with offsets,
-    weights (some zero), saturated samples and, under the gamma's inverse link, eta outside its
-    domain."""
-    from torchglm.solvers import products
+    takes the one-output slab path (:meth:`PassSums._add_slabs`), its slabs' sums kept
+    whole or (``whole=False``: a batch past ``WHOLE_SUMS_MAX_ROWS``) summed and counted
+    per slab: its loss, gradient and counts (invalid, saturated, separated, rows, offsets,
+    targets) equal those of the same rows in batches small enough for one piece each,
+    with offsets, weights (some zero), saturated samples and, under the gamma's inverse
+    link, eta outside its domain."""
+    from torchglm.solvers import pass_sums, products
+
+    if not whole:
+        monkeypatch.setattr(pass_sums, "WHOLE_SUMS_MAX_ROWS", 0)
 
     n, d = 12_000, 100
     g = torch.Generator().manual_seed(3)
@@ -519,10 +524,60 @@ def test_a_large_first_order_pass_sums_what_small_batches_sum(family, link, weig
     assert torch.allclose(large.grad, small.grad, rtol=1e-10, atol=1e-14)
 
 
+@pytest.mark.parametrize("whole", [True, False])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("link", ["logit", "probit"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_a_large_curvature_pass_sums_what_small_batches_sum(dtype, link, weighted, whole, monkeypatch):
+    """A one-output ``"diag"`` or ``"hvp"`` pass over a dense batch in slabs
+    (:meth:`PassSums._add_slabs`: slabs of 1,046 of its 9,000 rows,
+    through scipy's gemv where it is OpenBLAS) sums the loss, gradient, Jacobi diagonal
+    and the Hessian's bias column, and its kept curvature gives the Hessian-vector
+    products, that batches of one piece each (torch's products, the generic path) give,
+    with offsets and weights (some zero), its sums kept whole or per slab."""
+    from torchglm.solvers import pass_sums, products
+
+    if not whole:
+        monkeypatch.setattr(pass_sums, "WHOLE_SUMS_MAX_ROWS", 0)
+    n, d = 9_000, 500
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64).to(dtype)
+    y = (torch.rand(n, generator=g) < 0.4).to(dtype)
+    offset = (0.1 * torch.randn(n, generator=g, dtype=torch.float64)).to(dtype)
+    weight = torch.rand(n, generator=g, dtype=torch.float64).to(dtype) if weighted else None
+    if weighted:
+        weight[::5] = 0.0
+    model = GeneralizedLinearModel(d, "bernoulli", link, l2=1e-3, dtype=torch.float64)
+    theta = (0.03 * torch.randn(d + 1, generator=g, dtype=torch.float64)).to(dtype)
+    assert products.fused_rows(x) is not None and products.fused_rows(x[:500]) is None
+    v = torch.randn(d + 1, generator=g, dtype=torch.float64).to(dtype)
+    tol = dict(rtol=1e-10, atol=1e-13) if dtype == torch.float64 else dict(rtol=2e-4, atol=1e-6)
+    for curvature, diagonal in (("diag", True), ("hvp", True), ("hvp", False)):
+
+        def summed(batch_size, curvature=curvature, diagonal=diagonal):
+            s = PassSums(model, theta, curvature, saturation=1e-12, diagonal=diagonal)
+            for b in TensorBatches(x, y, weight, offset, batch_size=batch_size):
+                s.add(b)
+            return s.finish()
+
+        large, small = summed(None), summed(500)
+        assert (large.n_samples, large.n_offset, large.n_saturated) == (small.n_samples, small.n_offset, 0)
+        torch.testing.assert_close(large.loss, small.loss, **tol)
+        torch.testing.assert_close(large.grad, small.grad, **tol)
+        if diagonal:
+            torch.testing.assert_close(large.diag, small.diag, **tol)
+        else:
+            assert large.diag is None and small.diag is None
+        if curvature == "hvp":
+            torch.testing.assert_close(large.hvp(v), small.hvp(v), **tol)
+            c = v[d:]
+            torch.testing.assert_close(large.bias_product(c), small.bias_product(c), **tol)
+
+
 @pytest.mark.parametrize("flip", [None, 0, 9_000])
 def test_a_large_first_order_pass_proves_separation_as_small_batches_do(flip):
     """Separated classes at a point far along the separating direction: a slabbed
-    first-order pass (:meth:`PassSums._add_first_order`) claims complete separation
+    first-order pass (:meth:`PassSums._add_slabs`) claims complete separation
     exactly where batches of one piece each do; one sample on the wrong side, in the
     first slab or a later one, refutes it."""
     n, d = 12_000, 100

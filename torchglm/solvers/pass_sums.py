@@ -43,6 +43,10 @@ HVP_TRANSPOSED_MAX = 2**18
 #: in float64) and sums ``d1^2 / h`` only where :attr:`PassSums.gradient_rounding` is
 #: read (a Newton step that drops directions); past it, each batch sums its own.
 SCORE_KEPT_MAX_ROWS = 2**16
+#: Rows of a one-output dense batch up to which a pass in slabs keeps its slabs'
+#: ``nll``, ``r`` and ``h`` and sums and counts them once (:meth:`PassSums._add_slabs`):
+#: 1 MiB each in float64.
+WHOLE_SUMS_MAX_ROWS = 2**17
 
 
 class PassSums:
@@ -221,8 +225,8 @@ class PassSums:
         rows = products.fused_rows(x, self.m)
         if rows is None:
             return self._add(x, batch.y, batch.offset, batch.weight)
-        if self.curvature is None and self.scalar:
-            return self._add_first_order(x, batch.y, batch.offset, batch.weight, rows)
+        if self.scalar and self.hess is None:
+            return self._add_slabs(x, batch.y, batch.offset, batch.weight, rows)
         # On a CPU, rows in slabs of a few MB: eta = x W^T and the products back onto
         # x (gradient, diagonal, kept curvature for hvp) then read each slab from cache,
         # not the whole design twice from memory.
@@ -236,39 +240,76 @@ class PassSums:
             )
         return None
 
-    def _add_first_order(self, x, y, offset, s, rows: int) -> None:
-        """One output's loss and gradient over a large dense batch, in slabs of ``rows``
-        (:func:`.products.fused_rows`), with fewer small operations per slab than
-        :meth:`_add`: the weight sum and row counts once per batch, ``r^T x`` added into
-        the gradient in one product, and the slabs' ``nll`` and ``r`` added row by row
-        into two slab-long sums, reduced once (no per-slab reductions). A float32 pass
-        over 50,000 x 500 (48 slabs) spent about 8 of its 20 ms in the 30-odd small
-        operations per slab of :meth:`_add`. (Nothing batch-long is kept: at
-        1,000,000 x 20 fresh batch-long buffers cost more than the operations saved.)"""
-        y_term = self.y_term(y, self.theta.dtype)
+    def _add_slabs(self, x, y, offset, s, rows: int) -> None:
+        """One output's loss and gradient (and, in a ``"diag"`` or ``"hvp"`` pass, its
+        curvature: the diagonal, the kept per-sample curvature and the bias column) over
+        a large dense batch, in slabs of ``rows`` (:func:`.products.fused_rows`) with as
+        few operations per slab as its products need: its ``eta`` added in place into a
+        batch-long ``eta`` that holds the bias and offset
+        (:class:`.products.SlabProducts`), its derivatives, and ``r^T x`` (and ``h``'s
+        products) added while the slab is in cache. A batch of at most
+        :data:`WHOLE_SUMS_MAX_ROWS` rows (a wide design's many short slabs) keeps its
+        slabs' ``nll``, ``r`` and ``h`` and sums and counts them once; a longer one
+        counts each slab and adds them into slab-long sums, reduced once.
+        (A float32 pass over 50,000 x 500, 48 slabs, spent about 8 of its 20 ms in the
+        30-odd small operations per slab of :meth:`_add`, and 1.4 of its 14 ms in the
+        per-slab counts and sums; at 500,000 x 30, 30 slabs, batch-long copies of
+        ``nll`` and ``r`` took a float64 pass from 15 to 24 ms.)"""
+        dt = self.theta.dtype
+        y_term = self.y_term(y, dt)
         self._add_targets(y, offset, s)
-        s = None if s is None else s.to(self.theta.dtype)
+        s = None if s is None else s.to(dt)
         n, d = x.shape[0], self.d
-        acc = torch.zeros(2, min(rows, n), dtype=self.theta.dtype, device=self.theta.device)
-        nll_sum, r_sum = acc
-        grad = self.grad[:d]
+        order = 1 if self.curvature is None else 2
+        slabs = products.SlabProducts(x, self.W[0], self.grad[:d])
+        whole = n <= WHOLE_SUMS_MAX_ROWS
+        # eta: the batch's (whole) or each slab's afresh (a count may keep it: the
+        # deferred count of :meth:`_count_unseparated`); nll, r, h: each slab's or their sums
+        eta = self._eta_start(n, offset) if whole else None
+        parts = [[], [], []] if whole else torch.zeros(3, min(rows, n), dtype=dt, device=self.theta.device)
         for i in range(0, n, rows):
             j = i + rows
-            xs, ys = x[i:j], y[i:j]
-            o, w = (None if t is None else t[i:j] for t in (offset, s))
-            eta = self.eta(xs, o)
-            nll, r = eta_derivatives(self.family, eta, ys, 1, y_term=_rows(y_term, i, j))
-            self._add_sample_counts(eta, ys, o, w, nll)
-            if w is not None:
-                nll, r = w * nll, w * r
-            products.add_rt_v(grad, xs, r)
-            k = eta.shape[0]
-            (nll_sum if k == acc.shape[1] else nll_sum[:k]).add_(nll)
-            (r_sum if k == acc.shape[1] else r_sum[:k]).add_(r)
-        sums = acc.sum(1)
+            e = eta[i:j] if whole else self._eta_start(min(j, n) - i, offset, i)
+            slabs.add_eta(i, j, e)
+            out = eta_derivatives(self.family, e, y[i:j], order, self.expected, _rows(y_term, i, j))
+            if not whole:
+                self._add_sample_counts(e, y[i:j], _rows(offset, i, j), _rows(s, i, j), out[0])
+            if s is not None:
+                w = s[i:j]
+                out = (out[0] if whole else out[0] * w, *(t * w for t in out[1:]))
+            slabs.add_gradient(i, j, out[1])
+            if order == 2:
+                self._add_slab_curvature(x[i:j], out[2])
+            for part, t in zip(parts, out):
+                part.append(t) if whole else part[: t.shape[0]].add_(t)
+        if whole:
+            nll, r, *h = (p[0] if len(p) == 1 else torch.cat(p) for p in parts if p)
+            self._add_sample_counts(eta, y, offset, s, nll)
+            sums = (nll.sum() if s is None else torch.dot(s, nll), r.sum(), h[0].sum() if h else None)
+        else:
+            sums = parts.sum(1)
         self.loss_sum += sums[0]
         if self.has_bias:
             self.grad[d:] += sums[1]
+        if order == 2 and self.bias_column is not None:
+            self.bias_column[d] += sums[2]
+
+    def _add_slab_curvature(self, x, h: torch.Tensor) -> None:
+        """A slab's curvature ``h`` (n,) in a one-output ``"diag"``/``"hvp"`` pass
+        (:meth:`_add_slabs`): the bias column's ``x^T h`` while the slab is in cache, the
+        diagonal and the kept curvature (:meth:`_add_curvature`)."""
+        if self.bias_column is not None:
+            products.add_rt_v(self.bias_column[: self.d], x, h)
+        self._add_curvature(x, h, None, False)
+
+    def _eta_start(self, n: int, offset, i: int = 0) -> torch.Tensor:
+        """A new ``eta`` of the batch's ``n`` rows from ``i`` holding their bias and
+        offset only, for the slabs' products to add into (:meth:`_add_slabs`)."""
+        e = torch.empty(n, dtype=self.theta.dtype, device=self.theta.device)
+        if offset is not None:
+            e.copy_(offset.reshape(-1)[i : i + n])
+            return e.add_(self.b.reshape(())) if self.has_bias else e
+        return e.fill_(self.b.reshape(())) if self.has_bias else e.zero_()
 
     def _add_sample_counts(self, eta, y, offset, s, nll) -> None:
         """A batch's samples outside the link's domain and its saturated ones (with
@@ -616,7 +657,7 @@ class PassSums:
         bias_out = out[m * d :] if c is not None else None
         if m == 1 and self.stored and products.gemv_applies(self.stored[0][0]):
             with products.blas_threads(self.stored[0][0]):
-                self._hvp_batches(V, c, W, bias_out)
+                self._hvp_slabs(V[0], c, W[0], bias_out)
         else:
             self._hvp_batches(V, c, W, bias_out)
         all_reduce_sum(out)
@@ -626,7 +667,6 @@ class PassSums:
 
     def _hvp_batches(self, V, c, W, bias_out) -> None:
         """The stored batches' shares of :meth:`hvp` into ``W`` (m, d) and ``bias_out``."""
-        m = V.shape[0]
         for i, (x, curv) in enumerate(self.stored):
             xt = self._kept_xt(i)
             if xt is not None:
@@ -637,16 +677,28 @@ class PassSums:
                 hu = curv.apply_t(ut)
                 W.addmm_(hu, x)
                 bias = hu.sum(1)
-            elif m == 1 and products.gemv_applies(x):
-                hu = curv.apply(products.mv(x, V[0], c).unsqueeze(-1))
-                products.add_rt_v(W[0], x, hu[:, 0])
-                bias = hu.sum(0)
             else:
                 hu = curv.apply(self._eta_change(x, V, c))  # (n, m): eta's change, curved
                 W += products.rt_x(hu, x)
                 bias = hu.sum(0)
             if bias_out is not None:
                 bias_out += bias
+
+    def _hvp_slabs(self, v, c, w, bias_out) -> None:
+        """:meth:`_hvp_batches` for one output whose stored batches (a large dense
+        design's slabs, :meth:`_add_slabs`) take scipy's gemv: per slab ``h * (x v + c)``
+        and its ``x^T`` product, two products and one operation; the bias's share
+        summed once over the slabs (the four more operations a slab took cost a
+        50,000 x 500 float64 product about 1 of its 18 ms)."""
+        hus = []
+        for x, curv in self.stored:
+            hu = products.mv(x, v, c).mul_(curv.d2) if products.gemv_applies(x) else None
+            if hu is None:
+                hu = curv.apply(self._eta_change(x, v.view(1, -1), c))[:, 0]
+            products.add_rt_v(w, x, hu)
+            hus.append(hu)
+        if bias_out is not None:
+            bias_out += (hus[0] if len(hus) == 1 else torch.cat(hus)).sum()
 
     def _keep_xt(self, x) -> None:
         """Keep ``x^T`` of the batch just stored, contiguous, where it is small and dense

@@ -5,8 +5,10 @@ For each named problem of bench/newton.py (default: probit 200k x 50 and Poisson
 the least of ``--repeats`` runs:
 
 * whole passes through :class:`~torchglm.solvers.pass_sums.PassSums`: first order
-  (the polish's pass), sketched Hessian (stride 39 / 161 as the stage takes them) and
-  full Hessian;
+  (an L-BFGS pass), ``"hvp"`` (a Newton-CG pass keeping the curvature, without the
+  diagonal: the polish's), ``"diag"`` (the Jacobi start's), one Hessian-vector product
+  from the kept curvature, sketched Hessian (stride 39 / 161 as the stage takes them)
+  and full Hessian;
 * their parts summed over the pass's slabs: ``eta = X w`` (reads ``X``), the family's
   derivatives (order 1 and 2), ``r^T X`` and the chunked Hessian product ``X^T [h X]``;
   ``eta`` and ``r^T X`` also as the pass runs them on rows of 64+ features, OpenBLAS's
@@ -79,12 +81,20 @@ def problem(name, dtype, repeats):
     cache: dict = {}
     sat = 1e-10 if family.separable else 0.0
 
-    def one_pass(curvature, stride=1):
+    def one_pass(curvature, stride=1, diagonal=True):
         def run():
-            s = PassSums(m, theta, curvature, saturation=sat, hessian_stride=stride, target_cache=cache)
+            s = PassSums(
+                m,
+                theta,
+                curvature,
+                saturation=sat,
+                hessian_stride=stride,
+                target_cache=cache,
+                diagonal=diagonal,
+            )
             for b in TensorBatches(x, t):
                 s.add(b)
-            s.finish()
+            return s.finish()
 
         return run
 
@@ -133,8 +143,13 @@ def problem(name, dtype, repeats):
         gemm_gflop_s=2 * crow * d * d / gemm / 1e9,
         hessian_floor_s=flops / (2 * crow * d * d / gemm),
     )
+    kept = one_pass("hvp", diagonal=False)()
+    v = torch.randn(theta.shape, dtype=dtype, generator=torch.Generator().manual_seed(1))
     passes = dict(
         first_order_s=least(one_pass(None), repeats),
+        hvp_pass_s=least(one_pass("hvp", diagonal=False), repeats),
+        jacobi_pass_s=least(one_pass("diag"), repeats),
+        hessian_vector_product_s=least(lambda: kept.hvp(v), repeats),
         sketched_hessian_s=least(one_pass("full", STRIDES.get(spec["kind"], 1)), repeats),
         full_hessian_s=least(one_pass("full"), repeats),
     )

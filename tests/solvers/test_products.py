@@ -1,7 +1,9 @@
 """One-column products of large dense batches through scipy's BLAS
-(:func:`torchglm.solvers.products.mv`, :func:`~torchglm.solvers.products.add_rt_v`):
-the same values as torch's products, OpenBLAS kept to torch's thread count, and fits
-that take the path land where torch's products take them."""
+(:func:`torchglm.solvers.products.mv`, :func:`~torchglm.solvers.products.add_rt_v`),
+and float64 products of few rows through its dgemm
+(:func:`~torchglm.solvers.products.addmm_few_rows`): the same values as torch's
+products, OpenBLAS kept to one thread, and fits that take the path land where torch's
+products take them."""
 
 import pytest
 import torch
@@ -19,7 +21,7 @@ pytestmark = [
 def gemv_calls(monkeypatch):
     """The dtypes of every scipy gemv call, with OpenBLAS's thread counts at that moment."""
     calls = []
-    table, pools = products._openblas()
+    table, pools, _ = products._openblas()
     for dtype, real in list(table.items()):
 
         def spy(*args, _real=real, _dtype=dtype, **kwargs):
@@ -81,7 +83,7 @@ def test_a_large_dense_fit_through_blas_lands_where_torch_products_land(solver, 
     """L-BFGS's first-order slab passes, Newton-CG's Hessian-vector products and a
     Newton pass's eta all take the scipy path (and OpenBLAS runs on one thread though
     it was set to two); the optimum is torch's products' to rounding."""
-    table, pools = products._openblas()
+    table, pools, _ = products._openblas()
     before = [p.get_num_threads() for p in pools]
     for p in pools:
         p.set_num_threads(2)
@@ -116,7 +118,7 @@ def test_one_column_square_products_through_blas_equal_torch(dtype, gemv_calls):
 def test_openblas_runs_on_one_thread_while_torch_has_two():
     """The pass's gemv keeps to one OpenBLAS thread whatever torch's count and the
     pool's own; a batch scipy's BLAS does not take sets nothing."""
-    _, pools = products._openblas()
+    _, pools, _ = products._openblas()
     before_blas, before_torch = [p.get_num_threads() for p in pools], torch.get_num_threads()
     try:
         torch.set_num_threads(2)
@@ -131,3 +133,74 @@ def test_openblas_runs_on_one_thread_while_torch_has_two():
         torch.set_num_threads(before_torch)
         for p, n in zip(pools, before_blas):
             p.set_num_threads(n)
+
+
+@pytest.fixture
+def dgemm_calls(monkeypatch):
+    """OpenBLAS's thread counts at every scipy dgemm call of :func:`products.addmm_few_rows`."""
+    calls = []
+    table, pools, real = products._openblas()
+
+    def spy(*args, **kwargs):
+        calls.append([p.get_num_threads() for p in pools])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(products, "_openblas", lambda: (table, pools, spy))
+    return calls
+
+
+def test_few_row_products_through_dgemm_equal_torch(dgemm_calls):
+    """``out += a @ b`` for ``a`` of few rows (a Newton-CG product of digits' size) runs
+    as OpenBLAS's dgemm in float64, in place, to torch's values; float32, one row of a
+    tiny fit, many rows or a strided factor keep torch's ``addmm_``."""
+    g = torch.Generator().manual_seed(5)
+    a = torch.randn(10, 64, generator=g, dtype=torch.float64)
+    b = torch.randn(64, 1797, generator=g, dtype=torch.float64)
+    out = torch.ones(10, 1797, dtype=torch.float64)
+    assert products.few_rows_applies(a, b)
+    assert products.addmm_few_rows(out, a, b) is out
+    torch.testing.assert_close(out, 1 + a @ b, rtol=1e-13, atol=1e-12)
+    assert len(dgemm_calls) == 1
+    cases = [
+        (a.float(), b.float()),
+        (torch.randn(1, 30, dtype=torch.float64), torch.randn(30, 455, dtype=torch.float64)),
+        (torch.randn(64, 64, dtype=torch.float64), b),
+        (a, torch.randn(1797, 64, dtype=torch.float64).T),
+    ]
+    for x, y in cases:
+        assert not products.few_rows_applies(x, y)
+        res = products.addmm_few_rows(torch.zeros(x.shape[0], y.shape[1], dtype=x.dtype), x, y)
+        torch.testing.assert_close(res, x @ y)
+    assert len(dgemm_calls) == 1
+
+
+def test_a_softmax_newton_cg_fit_through_dgemm_lands_where_torch_products_land(dgemm_calls, monkeypatch):
+    """A small softmax Newton-CG fit (1,800 x 64, K = 10) takes its Hessian-vector
+    products through dgemm with OpenBLAS on one thread (set to two before), and lands on
+    the optimum that torch's products give (``FEW_ROWS_MAX = 0``), in as many steps."""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(1800, 64, generator=g, dtype=torch.float64)
+    y = torch.randint(0, 10, (1800,), generator=g)
+
+    def fitted():
+        m = GeneralizedLinearModel(64, "categorical", "softmax", n_classes=10, l2=1e-3, dtype=torch.float64)
+        r = fit(m, x, y, solver="newton-cg")
+        assert r.converged
+        return m.flat_parameters(), r.n_iter
+
+    _, pools, _ = products._openblas()
+    before = [p.get_num_threads() for p in pools]
+    try:
+        for p in pools:
+            p.set_num_threads(2)
+        theta, steps = fitted()
+        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
+    finally:
+        for p, n in zip(pools, before):
+            p.set_num_threads(n)
+    assert dgemm_calls and all(c == [1] * len(pools) for c in dgemm_calls)
+    monkeypatch.setattr(products, "FEW_ROWS_MAX", 0)
+    calls = len(dgemm_calls)
+    theta_torch, steps_torch = fitted()
+    assert len(dgemm_calls) == calls and steps == steps_torch
+    torch.testing.assert_close(theta, theta_torch, rtol=1e-7, atol=1e-8)

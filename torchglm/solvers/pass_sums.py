@@ -659,7 +659,10 @@ class PassSums:
             with products.blas_threads(self.stored[0][0]):
                 self._hvp_slabs(V[0], c, W[0], bias_out)
         else:
-            self._hvp_batches(V, c, W, bias_out)
+            # (OpenBLAS held at one thread where a kept x^T's products may be its dgemm)
+            few = bool(self._xt) and V.dtype == torch.float64 and m <= products.FEW_ROWS_MAX
+            with products.blas_threads(None, hold=few):
+                self._hvp_batches(V, c, W, bias_out)
         all_reduce_sum(out)
         if self._hvp_penalty is None:
             self._hvp_penalty = self.penalty.curvature(self.mask)
@@ -673,9 +676,15 @@ class PassSums:
                 # A small dense batch works in the (m, n) layout throughout: the products
                 # (m, d) @ (d, n) and (m, n) @ (n, d) and the curvature on contiguous
                 # rows (1,797 x 64, m = 10, one thread: 270 against 330 us a product).
-                ut = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
+                if products.few_rows_applies(V, xt):  # OpenBLAS's dgemm (float64)
+                    ut = torch.empty(V.shape[0], xt.shape[1], dtype=V.dtype)
+                    ut = products.addmm_few_rows(
+                        ut.zero_() if c is None else ut.copy_(c.unsqueeze(-1)), V, xt
+                    )
+                else:
+                    ut = V @ xt if c is None else torch.addmm(c.unsqueeze(-1), V, xt)
                 hu = curv.apply_t(ut)
-                W.addmm_(hu, x)
+                products.addmm_few_rows(W, hu, x)
                 bias = hu.sum(1)
             else:
                 hu = curv.apply(self._eta_change(x, V, c))  # (n, m): eta's change, curved

@@ -659,8 +659,8 @@ class PassSums:
             with products.blas_threads(self.stored[0][0]):
                 self._hvp_slabs(V[0], c, W[0], bias_out)
         else:
-            # (OpenBLAS held at one thread where a kept x^T's products may be its dgemm)
-            few = bool(self._xt) and V.dtype == torch.float64 and m <= products.FEW_ROWS_MAX
+            # (OpenBLAS held at one thread where a kept x^T's products are its dgemm)
+            few = bool(self._xt) and products.few_rows_applies(V, next(iter(self._xt.values())))
             with products.blas_threads(None, hold=few):
                 self._hvp_batches(V, c, W, bias_out)
         all_reduce_sum(out)

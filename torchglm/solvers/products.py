@@ -203,10 +203,11 @@ def addmm_few_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch
     """``out += a @ b`` in place for ``a`` (m, k) of few rows and ``b`` (k, n): through
     scipy's OpenBLAS dgemm where :func:`few_rows_applies` (and ``out`` is a contiguous
     float64 matrix), else torch's ``addmm_``. On this project's AMD EPYC machine, one
-    thread, MKL's float64 products with 3-10 rows ran 1.3-2x slower than OpenBLAS's
-    (digits' Newton-CG products, 10 x 64 by 64 x 1,797: 90 against 66 us, and 10 x 1,797
-    by 1,797 x 64: 112 against 76 us; 3 rows: 46 against 23); in float32 MKL's were the
-    faster. Run under :func:`blas_threads` (OpenBLAS would thread such a product)."""
+    thread, MKL's float64 products with 3-10 rows ran 1.2-2x slower than OpenBLAS's
+    (``bench/few_rows.py``: digits' Newton-CG products, 10 x 64 by 64 x 1,797, 87 against
+    70 us, and 10 x 1,797 by 1,797 x 64, 114 against 84 us; 3 rows 47 against 29 and 61
+    against 28); in float32 MKL's were the faster. Run under :func:`blas_threads`
+    (OpenBLAS would thread such a product)."""
     if not (few_rows_applies(a, b) and out.dtype == torch.float64 and out.is_contiguous()):
         return out.addmm_(a, b)
     # C-ordered out = a b is the Fortran-ordered out^T = b^T a^T: no copies.

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 import warnings
 
 import numpy as np
@@ -26,23 +25,14 @@ from sklearn.datasets import load_digits
 from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
-# This checkout's torchglm (not an installed copy).
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# This checkout's torchglm (not an installed copy), bench/pass_parts.py's timer.
+sys.path[:0] = [os.path.dirname(os.path.dirname(os.path.abspath(__file__))), os.path.dirname(__file__)]
 
 import torchglm.sklearn as tgs  # noqa: E402
+from pass_parts import least  # noqa: E402
 from torchglm.solvers import products  # noqa: E402
 
 SHAPES = [(1797, 64, 10), (1797, 64, 3), (5000, 100, 5), (3000, 40, 20)]
-
-
-def least(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        c = time.process_time()
-        fn()
-        best = min(best, time.process_time() - c)
-    return best
 
 
 def product_times(repeats: int) -> list[dict]:

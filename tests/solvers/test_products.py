@@ -145,7 +145,7 @@ def dgemm_calls(monkeypatch):
         calls.append([p.get_num_threads() for p in pools])
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(products, "_openblas", lambda: (table, pools, spy))
+    monkeypatch.setattr(products, "_openblas", lambda: products._OpenBLAS(table, pools, spy))
     return calls
 
 

@@ -658,11 +658,11 @@ class PassSums:
         if m == 1 and self.stored and products.gemv_applies(self.stored[0][0]):
             with products.blas_threads(self.stored[0][0]):
                 self._hvp_slabs(V[0], c, W[0], bias_out)
-        else:
-            # (OpenBLAS held at one thread where a kept x^T's products are its dgemm)
-            few = bool(self._xt) and products.few_rows_applies(V, next(iter(self._xt.values())))
-            with products.blas_threads(None, hold=few):
+        elif self._xt and products.few_rows_applies(V, next(iter(self._xt.values()))):
+            with products.blas_threads(None, hold=True):  # a kept x^T's products: dgemm's
                 self._hvp_batches(V, c, W, bias_out)
+        else:
+            self._hvp_batches(V, c, W, bias_out)
         all_reduce_sum(out)
         if self._hvp_penalty is None:
             self._hvp_penalty = self.penalty.curvature(self.mask)
@@ -677,7 +677,7 @@ class PassSums:
                 # (m, d) @ (d, n) and (m, n) @ (n, d) and the curvature on contiguous
                 # rows (1,797 x 64, m = 10, one thread: 270 against 330 us a product).
                 if products.few_rows_applies(V, xt):  # OpenBLAS's dgemm (float64)
-                    ut = torch.empty(V.shape[0], xt.shape[1], dtype=V.dtype)
+                    ut = V.new_empty(V.shape[0], xt.shape[1])
                     ut = products.addmm_few_rows(
                         ut.zero_() if c is None else ut.copy_(c.unsqueeze(-1)), V, xt
                     )
@@ -701,8 +701,9 @@ class PassSums:
         50,000 x 500 float64 product about 1 of its 18 ms)."""
         hus = []
         for x, curv in self.stored:
-            hu = products.mv(x, v, c).mul_(curv.d2) if products.gemv_applies(x) else None
-            if hu is None:
+            if products.gemv_applies(x):
+                hu = products.mv(x, v, c).mul_(curv.d2)
+            else:  # (a batch's last slab under the gemv's size)
                 hu = curv.apply(self._eta_change(x, v.view(1, -1), c))[:, 0]
             products.add_rt_v(w, x, hu)
             hus.append(hu)

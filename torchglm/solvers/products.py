@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import torch
 
@@ -127,8 +128,14 @@ GEMV_MIN_WIDTH = 64
 GEMV_MIN_ENTRIES = 2**18
 
 
+class _OpenBLAS(NamedTuple):
+    gemv: dict  # {torch.float32: sgemv, torch.float64: dgemv}
+    pools: list  # threadpoolctl's controllers of the OpenBLAS libraries loaded
+    dgemm: object
+
+
 @functools.cache
-def _openblas():
+def _openblas() -> _OpenBLAS | None:
     """scipy's ``{dtype: gemv}``, the thread controls of the OpenBLAS libraries loaded and
     scipy's ``dgemm``, or ``None`` where scipy's BLAS is not OpenBLAS (a build on another
     BLAS keeps torch's products: the speed below is OpenBLAS's)."""
@@ -143,7 +150,7 @@ def _openblas():
     if "openblas" not in str(name).lower():
         return None
     pools = ThreadpoolController().select(internal_api="openblas").lib_controllers
-    return {torch.float32: blas.sgemv, torch.float64: blas.dgemv}, pools, blas.dgemm
+    return _OpenBLAS({torch.float32: blas.sgemv, torch.float64: blas.dgemv}, pools, blas.dgemm)
 
 
 def gemv_applies(x) -> bool:
@@ -168,7 +175,7 @@ def _gemv(x):
     ):
         return None
     blas = _openblas()
-    return None if blas is None else blas[0][x.dtype]
+    return None if blas is None else blas.gemv[x.dtype]
 
 
 # -- products of few rows of a small dense batch on a CPU, float64 -----------------------
@@ -211,7 +218,7 @@ def addmm_few_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch
     if not (few_rows_applies(a, b) and out.dtype == torch.float64 and out.is_contiguous()):
         return out.addmm_(a, b)
     # C-ordered out = a b is the Fortran-ordered out^T = b^T a^T: no copies.
-    _openblas()[2](1.0, b.numpy().T, a.numpy().T, beta=1.0, c=out.numpy().T, overwrite_c=1)
+    _openblas().dgemm(1.0, b.numpy().T, a.numpy().T, beta=1.0, c=out.numpy().T, overwrite_c=1)
     return out
 
 
@@ -283,7 +290,7 @@ def blas_threads(x, hold: bool | None = None):
     pass's other operations keep torch's threads. ``hold``: whether to hold it whatever
     ``x`` (the products of :func:`addmm_few_rows`); ``None``: where :func:`gemv_applies`."""
     hold = gemv_applies(x) if hold is None else hold and _openblas() is not None
-    pools = _openblas()[1] if hold else ()
+    pools = _openblas().pools if hold else ()
     changed = [(pool, n) for pool in pools if (n := pool.get_num_threads()) != 1]
     for pool, _ in changed:
         pool.set_num_threads(1)

@@ -6,7 +6,10 @@
   and a few others, each way, one thread, the least of ``--repeats`` CPU times;
 * ``torchglm.sklearn.LogisticRegression(C=10)`` on digits (standardized) with the dgemm
   path and with torch's products (``FEW_ROWS_MAX = 0``), in alternating rounds, CPU
-  time, the least of ``--repeats`` fits a round.
+  time, the least of ``--repeats`` fits a round; and the same with torch on two threads
+  (``n_jobs=2``), the dgemm path forced (``FEW_ROWS_MAX_THREADS = 2``; OpenBLAS held at
+  one thread) against MKL's products on both threads, in wall time: why the path is
+  taken at one thread only.
 
     OMP_NUM_THREADS=1 python bench/few_rows.py          # ~30 s; writes bench/results/few_rows.json
 """
@@ -17,6 +20,7 @@ import argparse
 import json
 import os
 import sys
+import time
 import warnings
 
 import numpy as np
@@ -62,27 +66,47 @@ def product_times(repeats: int) -> list[dict]:
     return rows
 
 
-def digits_times(repeats: int, rounds: int) -> dict:
+def least_wall(fn, repeats: int) -> float:
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t)
+    return best
+
+
+def digits_times(repeats: int, rounds: int, threads: int = 1) -> dict:
     x, y = load_digits(return_X_y=True)
     x = StandardScaler().fit_transform(x)
     default = products.FEW_ROWS_MAX
+    timer = least if threads == 1 else least_wall
     out = {"dgemm": [], "torch": []}
     steps = {}
+    torch.set_num_threads(threads)
+    products.FEW_ROWS_MAX_THREADS = threads
     for _ in range(rounds):
         for name, rows in (("torch", 0), ("dgemm", default)):
             products.FEW_ROWS_MAX = rows
             try:
-                est = tgs.LogisticRegression(C=10.0).fit(x, y)
-                out[name].append(least(lambda: tgs.LogisticRegression(C=10.0).fit(x, y), repeats))
+                est = tgs.LogisticRegression(C=10.0, n_jobs=threads).fit(x, y)
+                out[name].append(
+                    timer(lambda: tgs.LogisticRegression(C=10.0, n_jobs=threads).fit(x, y), repeats)
+                )
             finally:
                 products.FEW_ROWS_MAX = default
             r = est.fit_result_
             steps[name] = dict(n_iter=r.n_iter, hessian_vector_products=int(sum(r.extra.cg_iterations or [])))
-    res = {k: dict(cpu_s_per_round=v, cpu_s=min(v), **steps[k]) for k, v in out.items()}
-    res["ratio"] = res["dgemm"]["cpu_s"] / res["torch"]["cpu_s"]
+    products.FEW_ROWS_MAX_THREADS = 1
+    torch.set_num_threads(1)
+    clock = "cpu" if threads == 1 else "wall"
+    res = {k: {f"{clock}_s_per_round": v, f"{clock}_s": min(v), **steps[k]} for k, v in out.items()}
+    res["threads"] = threads
+    res["ratio"] = res["dgemm"][f"{clock}_s"] / res["torch"][f"{clock}_s"]
     print(
-        f"  digits fit: torch's products {res['torch']['cpu_s'] * 1e3:.1f} ms, dgemm "
-        f"{res['dgemm']['cpu_s'] * 1e3:.1f} ms ({res['ratio']:.2f}x; {steps['dgemm']})",
+        f"  digits fit, {threads} thread(s), {clock} time: torch's products "
+        f"{res['torch'][f'{clock}_s'] * 1e3:.1f} ms, dgemm {res['dgemm'][f'{clock}_s'] * 1e3:.1f} ms "
+        f"({res['ratio']:.2f}x; {steps['dgemm']})",
         flush=True,
     )
     return res
@@ -102,6 +126,8 @@ def main():
     result = dict(load=os.getloadavg(), threads=1, torch=torch.__version__, numpy=np.__version__)
     result["products"] = product_times(args.repeats * 30)
     result["digits"] = digits_times(args.repeats, args.rounds)
+    if os.cpu_count() >= 2:
+        result["digits_two_threads"] = digits_times(args.repeats, args.rounds, threads=2)
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {args.out}")

@@ -152,7 +152,7 @@ def dgemm_calls(monkeypatch):
 def test_few_row_products_through_dgemm_equal_torch(dgemm_calls):
     """``out += a @ b`` for ``a`` of few rows (a Newton-CG product of digits' size) runs
     as OpenBLAS's dgemm in float64, in place, to torch's values; float32, one row of a
-    tiny fit, many rows or a strided factor keep torch's ``addmm_``."""
+    tiny fit, many rows, a strided factor or torch on two threads keep torch's ``addmm_``."""
     g = torch.Generator().manual_seed(5)
     a = torch.randn(10, 64, generator=g, dtype=torch.float64)
     b = torch.randn(64, 1797, generator=g, dtype=torch.float64)
@@ -171,6 +171,15 @@ def test_few_row_products_through_dgemm_equal_torch(dgemm_calls):
         assert not products.few_rows_applies(x, y)
         res = products.addmm_few_rows(torch.zeros(x.shape[0], y.shape[1], dtype=x.dtype), x, y)
         torch.testing.assert_close(res, x @ y)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)  # MKL's products on both threads: torch's
+        assert not products.few_rows_applies(a, b)
+        torch.testing.assert_close(
+            products.addmm_few_rows(torch.ones(10, 1797, dtype=torch.float64), a, b), 1 + a @ b
+        )
+    finally:
+        torch.set_num_threads(before)
     assert len(dgemm_calls) == 1
 
 

@@ -23,6 +23,7 @@ __all__ = [
     "GEMV_MIN_ENTRIES",
     "GEMV_MIN_WIDTH",
     "FEW_ROWS_MAX",
+    "FEW_ROWS_MAX_THREADS",
     "FEW_ROWS_MIN_FLOPS",
     "add_product",
     "add_rt_v",
@@ -185,15 +186,19 @@ FEW_ROWS_MAX = 32
 #: Fewest multiply-adds ``m k n`` of such a product: below it (a binary breast_cancer
 #: fit's 1 x 30 x 455) torch's took as long, and a tiny fit keeps its rounding.
 FEW_ROWS_MIN_FLOPS = 2**18
+#: Most torch threads at which such a product runs through OpenBLAS (held at one thread):
+#: with torch on two, MKL's products on both were the faster (``bench/few_rows.py``).
+FEW_ROWS_MAX_THREADS = 1
 
 
 def few_rows_applies(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether :func:`addmm_few_rows` runs ``a @ b`` (``a`` (m, k), ``b`` (k, n)) through
     scipy's OpenBLAS dgemm: both contiguous float64 CPU matrices outside autograd, ``m``
-    at most :data:`FEW_ROWS_MAX`, ``m k n`` at least :data:`FEW_ROWS_MIN_FLOPS`, and
-    scipy's BLAS OpenBLAS."""
+    at most :data:`FEW_ROWS_MAX`, ``m k n`` at least :data:`FEW_ROWS_MIN_FLOPS`, torch on
+    at most :data:`FEW_ROWS_MAX_THREADS` threads, and scipy's BLAS OpenBLAS."""
     return (
         a.dtype == b.dtype == torch.float64
+        and torch.get_num_threads() <= FEW_ROWS_MAX_THREADS
         and a.dim() == b.dim() == 2
         and a.shape[0] <= FEW_ROWS_MAX
         and a.shape[0] * a.shape[1] * b.shape[1] >= FEW_ROWS_MIN_FLOPS

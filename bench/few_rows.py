@@ -66,21 +66,11 @@ def product_times(repeats: int) -> list[dict]:
     return rows
 
 
-def least_wall(fn, repeats: int) -> float:
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
 def digits_times(repeats: int, rounds: int, threads: int = 1) -> dict:
     x, y = load_digits(return_X_y=True)
     x = StandardScaler().fit_transform(x)
     default = products.FEW_ROWS_MAX
-    timer = least if threads == 1 else least_wall
+    clock = time.process_time if threads == 1 else time.perf_counter
     out = {"dgemm": [], "torch": []}
     steps = {}
     torch.set_num_threads(threads)
@@ -91,7 +81,7 @@ def digits_times(repeats: int, rounds: int, threads: int = 1) -> dict:
             try:
                 est = tgs.LogisticRegression(C=10.0, n_jobs=threads).fit(x, y)
                 out[name].append(
-                    timer(lambda: tgs.LogisticRegression(C=10.0, n_jobs=threads).fit(x, y), repeats)
+                    least(lambda: tgs.LogisticRegression(C=10.0, n_jobs=threads).fit(x, y), repeats, clock)
                 )
             finally:
                 products.FEW_ROWS_MAX = default
@@ -99,13 +89,13 @@ def digits_times(repeats: int, rounds: int, threads: int = 1) -> dict:
             steps[name] = dict(n_iter=r.n_iter, hessian_vector_products=int(sum(r.extra.cg_iterations or [])))
     products.FEW_ROWS_MAX_THREADS = 1
     torch.set_num_threads(1)
-    clock = "cpu" if threads == 1 else "wall"
-    res = {k: {f"{clock}_s_per_round": v, f"{clock}_s": min(v), **steps[k]} for k, v in out.items()}
+    kind = "cpu" if threads == 1 else "wall"
+    res = {k: {f"{kind}_s_per_round": v, f"{kind}_s": min(v), **steps[k]} for k, v in out.items()}
     res["threads"] = threads
-    res["ratio"] = res["dgemm"][f"{clock}_s"] / res["torch"][f"{clock}_s"]
+    res["ratio"] = res["dgemm"][f"{kind}_s"] / res["torch"][f"{kind}_s"]
     print(
-        f"  digits fit, {threads} thread(s), {clock} time: torch's products "
-        f"{res['torch'][f'{clock}_s'] * 1e3:.1f} ms, dgemm {res['dgemm'][f'{clock}_s'] * 1e3:.1f} ms "
+        f"  digits fit, {threads} thread(s), {kind} time: torch's products "
+        f"{res['torch'][f'{kind}_s'] * 1e3:.1f} ms, dgemm {res['dgemm'][f'{kind}_s'] * 1e3:.1f} ms "
         f"({res['ratio']:.2f}x; {steps['dgemm']})",
         flush=True,
     )

@@ -56,6 +56,8 @@ def test_kept_target_terms_give_the_same_sums_and_are_evaluated_once(y_terms):
     for curvature in ("full", None, "hvp"):
         kept = _pass(model, theta, batches, cache, curvature)
         assert torch.equal(kept.loss, fresh.loss) and torch.equal(kept.grad, fresh.grad)
+        # the loss as the stepper reads it: the tensor's value, read once at finish
+        assert kept.loss_value == float(fresh.loss)
     model.set_flat_parameters(theta)
     with torch.no_grad():
         torch.testing.assert_close(kept.loss, model.objective(x, y), rtol=1e-14, atol=0)

@@ -185,7 +185,7 @@ class QRFitter(Fitter):
         r.history.append(
             {
                 "iteration": 1,
-                "loss": float(s.loss),
+                "loss": s.loss_value,
                 "grad_norm": float(s.grad.abs().max()),
                 "newton_decrement": 0.0,
                 "step_size": 1.0,
@@ -193,7 +193,7 @@ class QRFitter(Fitter):
             }
         )
         r.extra.update(
-            loss=float(s.loss),
+            loss=s.loss_value,
             grad=s.grad.detach(),
             hessian=None,
             passes=2,

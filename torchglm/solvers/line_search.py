@@ -54,7 +54,7 @@ class LineSearch:
         (``ok``: inside the domain with a finite loss; ``fixed_step``: every such trial)."""
         if not ok:
             return False
-        loss, f0 = float(s.loss), float(base.loss)
+        loss, f0 = s.loss_value, base.loss_value
         if fixed_step or loss <= f0 + self.armijo * self.t * self.slope:
             return True
         # E changes below its rounding: accept when the gradient shrank instead.

@@ -353,7 +353,7 @@ class StepFitter(Fitter):
         s = self.sums.finish()
         self.n_passes += 1
         self.sketch.n_samples = s.n_samples
-        ok = s.n_invalid == 0 and math.isfinite(float(s.loss))
+        ok = s.n_invalid == 0 and math.isfinite(s.loss_value)
         if self.start.pending:
             self._end_start_pass(s)
         elif self.base is None:
@@ -449,7 +449,7 @@ class StepFitter(Fitter):
         self.check.model_agrees = True
         if step > 0 and self.newton_like and self.base is not None:
             self.check.model_agrees = self.check.agrees(
-                self.search.slope, step, float(self.base.loss), float(s.loss)
+                self.search.slope, step, self.base.loss_value, s.loss_value
             )
         self.base, self.base_theta = s, self.theta
         self.sketch.exact_next = self.sketch.exact_next and s.sketched
@@ -464,7 +464,7 @@ class StepFitter(Fitter):
         delta, dec = self._next_direction(s)
         self.delta, self.decrement = delta, dec
         self._record(s, step, grad_norm, dec)
-        scale = max(1.0, abs(float(s.loss)))
+        scale = max(1.0, abs(s.loss_value))
         if not self.newton_like:
             stopped = self._first_order_stop(s, step, grad_norm, dec, scale)
         else:
@@ -490,7 +490,7 @@ class StepFitter(Fitter):
         self.result.history.append(
             {
                 "iteration": self.result.n_iter,
-                "loss": float(s.loss),
+                "loss": s.loss_value,
                 "grad_norm": grad_norm,
                 "newton_decrement": math.nan if dec is None else math.sqrt(max(dec, 0.0)),
                 "step_size": step,
@@ -737,7 +737,7 @@ class StepFitter(Fitter):
         ``floor max(1, |E|)``, or ``flat`` above the gradient's rounding bound."""
         rounding = s.gradient_rounding
         sloped = rounding is not None and flat > math.sqrt(s.grad.numel()) * rounding
-        return hidden > floor * max(1.0, abs(float(s.loss))) or sloped
+        return hidden > floor * max(1.0, abs(s.loss_value)) or sloped
 
     def cg_step(self, s: PassSums, max_cg: int | None = None):
         """Newton-CG step from Hessian-vector products (:func:`.linalg.cg_solve`). Where
@@ -749,7 +749,7 @@ class StepFitter(Fitter):
         solves more products, for a stop of the float32 stage only)."""
         self.solve.cg = True
         self.solve.certificate, self.solve.refusal = None, ""
-        scale = max(1.0, abs(float(s.loss)))
+        scale = max(1.0, abs(s.loss_value))
         # A first-order fit's finish (preconditioned by its L-BFGS pairs) takes steps no
         # more accurate than ||r||_P^2 <= tol max(1,|E|) / 100 (superlinear forcing alone
         # asks for ever smaller residuals); a certificate asks for what it needs
@@ -891,7 +891,7 @@ class StepFitter(Fitter):
 
     def _reject(self, s: PassSums) -> None:
         self.check.light = False  # the quadratic prediction was for the full step
-        f0 = float(self.base.loss)
+        f0 = self.base.loss_value
         stalled = self.search.reject(s, f0, self.dtype, self.newton_like and self.decrement is not None)
         if stalled and not self.newton_like:
             if self.redirect():
@@ -1022,7 +1022,7 @@ class StepFitter(Fitter):
             hess = None if base.sketched else base.hess
             hess = hess if hess is not None else (self.check.light_hess if converged else None)
             r.extra.update(
-                loss=float(base.loss),
+                loss=base.loss_value,
                 grad=base.grad.detach(),
                 hessian=None if hess is None else hess.detach(),
             )

@@ -213,3 +213,43 @@ def test_a_softmax_newton_cg_fit_through_dgemm_lands_where_torch_products_land(d
     theta_torch, steps_torch = fitted()
     assert len(dgemm_calls) == calls and steps == steps_torch
     torch.testing.assert_close(theta, theta_torch, rtol=1e-7, atol=1e-8)
+
+
+def test_a_tiny_newton_fit_sums_its_hessian_through_dgemm(dgemm_calls, monkeypatch):
+    """A tiny exact-Newton fit's Hessian ``X~^T [h X~]`` (455 x 31: ``a`` is the
+    transpose of a contiguous matrix) runs as OpenBLAS's dgemm held at one thread (set
+    to two before), to torch's values, and the fit lands where torch's products land
+    (``FEW_ROWS_MAX = 0``), in as many steps."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(455, 30, generator=g, dtype=torch.float64)
+    y = (x[:, :3].sum(1) + torch.randn(455, generator=g, dtype=torch.float64) > 0).long()
+    xa = torch.cat([x, torch.ones(455, 1, dtype=torch.float64)], 1)
+    h = torch.rand(455, 1, generator=g, dtype=torch.float64)
+    assert products.few_rows_applies(xa.T, xa * h)
+    H = torch.ones(31, 31, dtype=torch.float64)
+    products.add_product(H, xa.T, xa * h, "highest")
+    torch.testing.assert_close(H, 1 + xa.T @ (xa * h), rtol=1e-13, atol=1e-12)
+    assert len(dgemm_calls) == 1
+
+    def fitted():
+        m = GeneralizedLinearModel(30, "bernoulli", "logit", l2=1e-2, dtype=torch.float64)
+        r = fit(m, x, y, solver="newton")
+        assert r.converged
+        return m.flat_parameters(), r.n_iter
+
+    _, pools, _ = products._openblas()
+    before = [p.get_num_threads() for p in pools]
+    try:
+        for p in pools:
+            p.set_num_threads(2)
+        theta, steps = fitted()
+        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
+    finally:
+        for p, n in zip(pools, before):
+            p.set_num_threads(n)
+    assert len(dgemm_calls) > 1 and all(c == [1] * len(pools) for c in dgemm_calls)
+    monkeypatch.setattr(products, "FEW_ROWS_MAX", 0)
+    calls = len(dgemm_calls)
+    theta_torch, steps_torch = fitted()
+    assert len(dgemm_calls) == calls and steps == steps_torch
+    torch.testing.assert_close(theta, theta_torch, rtol=1e-10, atol=1e-12)

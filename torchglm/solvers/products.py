@@ -65,7 +65,9 @@ def add_product(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, precision: 
         finally:
             matmul.fp32_precision = before
     else:
-        out.addmm_(a, b)
+        # A small float64 Hessian's X~^T [h X~] (at most FEW_ROWS_MAX columns): OpenBLAS's
+        # dgemm, held at one thread (:func:`addmm_few_rows`).
+        addmm_few_rows(out, a, b, hold=True)
 
 
 def fused_rows(x: torch.Tensor, outputs: int = 1) -> int | None:
@@ -193,7 +195,8 @@ FEW_ROWS_MAX_THREADS = 1
 
 def few_rows_applies(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether :func:`addmm_few_rows` runs ``a @ b`` (``a`` (m, k), ``b`` (k, n)) through
-    scipy's OpenBLAS dgemm: both contiguous float64 CPU matrices outside autograd, ``m``
+    scipy's OpenBLAS dgemm: float64 CPU matrices outside autograd, ``b`` contiguous and
+    ``a`` contiguous or the transpose of a contiguous one (a Hessian's ``X~^T``), ``m``
     at most :data:`FEW_ROWS_MAX`, ``m k n`` at least :data:`FEW_ROWS_MIN_FLOPS`, torch on
     at most :data:`FEW_ROWS_MAX_THREADS` threads, and scipy's BLAS OpenBLAS."""
     return (
@@ -205,25 +208,39 @@ def few_rows_applies(a: torch.Tensor, b: torch.Tensor) -> bool:
         and a.device.type == b.device.type == "cpu"
         and a.layout == b.layout == torch.strided
         and not (a.requires_grad or b.requires_grad)
-        and a.is_contiguous()
+        and (a.is_contiguous() or a.T.is_contiguous())
         and b.is_contiguous()
         and _openblas() is not None
     )
 
 
-def addmm_few_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def addmm_few_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, hold: bool = False) -> torch.Tensor:
     """``out += a @ b`` in place for ``a`` (m, k) of few rows and ``b`` (k, n): through
     scipy's OpenBLAS dgemm where :func:`few_rows_applies` (and ``out`` is a contiguous
     float64 matrix), else torch's ``addmm_``. On this project's AMD EPYC machine, one
     thread, MKL's float64 products with 3-10 rows ran 1.2-2x slower than OpenBLAS's
     (``bench/few_rows.py``: digits' Newton-CG products, 10 x 64 by 64 x 1,797, 87 against
     70 us, and 10 x 1,797 by 1,797 x 64, 114 against 84 us; 3 rows 47 against 29 and 61
-    against 28); in float32 MKL's were the faster. Run under :func:`blas_threads`
-    (OpenBLAS would thread such a product)."""
+    against 28; a tiny Newton fit's Hessian ``X~^T [h X~]``, 31 x 455 by 455 x 31, 48
+    against 21 us); in float32 MKL's were the faster. Run under :func:`blas_threads`
+    (OpenBLAS would thread such a product), or with ``hold`` held there for this
+    product (3-7 us)."""
     if not (few_rows_applies(a, b) and out.dtype == torch.float64 and out.is_contiguous()):
         return out.addmm_(a, b)
-    # C-ordered out = a b is the Fortran-ordered out^T = b^T a^T: no copies.
-    _openblas().dgemm(1.0, b.numpy().T, a.numpy().T, beta=1.0, c=out.numpy().T, overwrite_c=1)
+    # C-ordered out = a b is the Fortran-ordered out^T = b^T a^T: no copies (an ``a``
+    # that is the transpose of a contiguous matrix is Fortran-ordered as it is).
+    an = a.numpy()
+    transposed = not a.is_contiguous()
+    with blas_threads(None, hold=hold):
+        _openblas().dgemm(
+            1.0,
+            b.numpy().T,
+            an if transposed else an.T,
+            beta=1.0,
+            c=out.numpy().T,
+            trans_b=transposed,
+            overwrite_c=1,
+        )
     return out
 
 

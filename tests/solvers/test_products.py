@@ -183,6 +183,28 @@ def test_few_row_products_through_dgemm_equal_torch(dgemm_calls):
     assert len(dgemm_calls) == 1
 
 
+def _dgemm_fit_lands_where_torch_lands(fitted, dgemm_calls, monkeypatch, rtol, atol) -> None:
+    """``fitted()`` (a fit: its parameters and steps) with OpenBLAS set to two threads
+    takes products through dgemm with OpenBLAS held at one and restored after, and lands
+    where torch's products (``FEW_ROWS_MAX = 0``) land, in as many steps."""
+    _, pools, _ = products._openblas()
+    before, calls = [p.get_num_threads() for p in pools], len(dgemm_calls)
+    try:
+        for p in pools:
+            p.set_num_threads(2)
+        theta, steps = fitted()
+        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
+    finally:
+        for p, n in zip(pools, before):
+            p.set_num_threads(n)
+    assert len(dgemm_calls) > calls and all(c == [1] * len(pools) for c in dgemm_calls[calls:])
+    monkeypatch.setattr(products, "FEW_ROWS_MAX", 0)
+    calls = len(dgemm_calls)
+    theta_torch, steps_torch = fitted()
+    assert len(dgemm_calls) == calls and steps == steps_torch
+    torch.testing.assert_close(theta, theta_torch, rtol=rtol, atol=atol)
+
+
 def test_a_softmax_newton_cg_fit_through_dgemm_lands_where_torch_products_land(dgemm_calls, monkeypatch):
     """A small softmax Newton-CG fit (1,800 x 64, K = 10) takes its Hessian-vector
     products through dgemm with OpenBLAS on one thread (set to two before), and lands on
@@ -197,22 +219,7 @@ def test_a_softmax_newton_cg_fit_through_dgemm_lands_where_torch_products_land(d
         assert r.converged
         return m.flat_parameters(), r.n_iter
 
-    _, pools, _ = products._openblas()
-    before = [p.get_num_threads() for p in pools]
-    try:
-        for p in pools:
-            p.set_num_threads(2)
-        theta, steps = fitted()
-        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
-    finally:
-        for p, n in zip(pools, before):
-            p.set_num_threads(n)
-    assert dgemm_calls and all(c == [1] * len(pools) for c in dgemm_calls)
-    monkeypatch.setattr(products, "FEW_ROWS_MAX", 0)
-    calls = len(dgemm_calls)
-    theta_torch, steps_torch = fitted()
-    assert len(dgemm_calls) == calls and steps == steps_torch
-    torch.testing.assert_close(theta, theta_torch, rtol=1e-7, atol=1e-8)
+    _dgemm_fit_lands_where_torch_lands(fitted, dgemm_calls, monkeypatch, rtol=1e-7, atol=1e-8)
 
 
 def test_a_tiny_newton_fit_sums_its_hessian_through_dgemm(dgemm_calls, monkeypatch):
@@ -237,19 +244,4 @@ def test_a_tiny_newton_fit_sums_its_hessian_through_dgemm(dgemm_calls, monkeypat
         assert r.converged
         return m.flat_parameters(), r.n_iter
 
-    _, pools, _ = products._openblas()
-    before = [p.get_num_threads() for p in pools]
-    try:
-        for p in pools:
-            p.set_num_threads(2)
-        theta, steps = fitted()
-        assert [p.get_num_threads() for p in pools] == [2] * len(pools)
-    finally:
-        for p, n in zip(pools, before):
-            p.set_num_threads(n)
-    assert len(dgemm_calls) > 1 and all(c == [1] * len(pools) for c in dgemm_calls)
-    monkeypatch.setattr(products, "FEW_ROWS_MAX", 0)
-    calls = len(dgemm_calls)
-    theta_torch, steps_torch = fitted()
-    assert len(dgemm_calls) == calls and steps == steps_torch
-    torch.testing.assert_close(theta, theta_torch, rtol=1e-10, atol=1e-12)
+    _dgemm_fit_lands_where_torch_lands(fitted, dgemm_calls, monkeypatch, rtol=1e-10, atol=1e-12)

@@ -9,7 +9,7 @@ dense Hessian's products may run in a lower precision than the working dtype
 from __future__ import annotations
 
 import functools
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import NamedTuple
 
 import torch
@@ -231,7 +231,8 @@ def addmm_few_rows(out: torch.Tensor, a: torch.Tensor, b: torch.Tensor, hold: bo
     # that is the transpose of a contiguous matrix is Fortran-ordered as it is).
     an = a.numpy()
     transposed = not a.is_contiguous()
-    with blas_threads(None, hold=hold):
+    # (a caller that holds it already enters no context here: hvp's 2 products a batch)
+    with blas_threads(None, hold=True) if hold else nullcontext():
         _openblas().dgemm(
             1.0,
             b.numpy().T,
